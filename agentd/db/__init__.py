@@ -1,0 +1,1 @@
+"""Database access: pool, embedded server, migrations. Only db/ and store/ import asyncpg."""

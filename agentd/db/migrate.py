@@ -1,0 +1,98 @@
+"""Forward-only migrations from `migrations/NNNN_name.sql`, applied under an advisory lock.
+
+Several daemons starting at once serialize on the lock; each migration is applied once
+and recorded in `schema_migrations`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import asyncpg
+
+from agentd import logs
+from agentd.errors import ConfigError
+
+log = logs.get("agentd.db.migrate")
+
+LOCK_KEY = 0x6167656E7464  # "agentd"
+_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def migrations_dir() -> Path:
+    packaged = resources.files("agentd") / "_migrations"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parents[2] / "migrations"
+
+
+def load(directory: Path | None = None) -> list[Migration]:
+    directory = directory or migrations_dir()
+    found: list[Migration] = []
+    for path in sorted(directory.glob("*.sql")):
+        m = _NAME.match(path.name)
+        if not m:
+            raise ConfigError(f"migration file name not NNNN_name.sql: {path.name}")
+        found.append(Migration(int(m.group(1)), m.group(2), path.read_text()))
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise ConfigError(f"duplicate migration versions in {directory}")
+    return found
+
+
+_BOOKKEEPING = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)"""
+
+
+async def applied_versions(conn: asyncpg.Connection) -> set[int]:
+    exists = await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL")
+    if not exists:
+        return set()
+    return {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+
+
+async def pending(conn: asyncpg.Connection) -> list[Migration]:
+    done = await applied_versions(conn)
+    return [m for m in load() if m.version not in done]
+
+
+async def apply(conn: asyncpg.Connection) -> list[Migration]:
+    """Apply every pending migration; returns the ones this call applied."""
+    applied: list[Migration] = []
+    await conn.execute("SELECT pg_advisory_lock($1)", LOCK_KEY)
+    try:
+        await conn.execute(_BOOKKEEPING)
+        done = await applied_versions(conn)
+        for mig in load():
+            if mig.version in done:
+                continue
+            async with conn.transaction():
+                await conn.execute(mig.sql)
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+                    mig.version,
+                    mig.name,
+                )
+            log.info("migration.applied", version=mig.version, name=mig.name)
+            applied.append(mig)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", LOCK_KEY)
+    return applied
+
+
+async def is_current(conn: asyncpg.Connection) -> bool:
+    return not await pending(conn)

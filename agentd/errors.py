@@ -1,0 +1,209 @@
+"""Every error agentd raises.
+
+```
+AgentdError
+  ConfigError
+  PipelineError
+    UnknownMiddleware
+  NotFound
+    UnknownAgent · LoopNotFound · ToolCallNotFound
+  Conflict
+    InvalidTransition · AlreadyDecided
+  BadRequest
+  LimitExceeded
+    MaxStepsExceeded · MaxDurationExceeded
+  LLMError
+    LLMTransportError · LLMTimeout · LLMStatusError · LLMProtocolError
+  ToolError
+    ToolTransportError (McpError) · ToolArgumentsInvalid · ToolTimeout · UnknownTool
+  DatabaseUnavailable
+FenceLost   control flow, not failure: a stale generation lost its fence
+```
+
+A class docstring is its default message. Errors that can reach the API carry
+`problem_type` (a stable slug) and `status`; `agentd.api.problems` renders them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class AgentdError(Exception):
+    """agentd failed."""
+
+    problem_type: ClassVar[str] = "internal"
+    status: ClassVar[int] = 500
+
+    def __init__(self, message: str | None = None, **details: Any) -> None:
+        self.message = message or (self.__doc__ or self.__class__.__name__).strip()
+        self.details = details
+        super().__init__(self.message)
+
+
+class ConfigError(AgentdError):
+    """The configuration is invalid."""
+
+    problem_type = "config-error"
+    status = 500
+
+
+class PipelineError(AgentdError):
+    """The middleware pipeline is misconfigured."""
+
+
+class UnknownMiddleware(PipelineError):
+    """No middleware of that class is in the stack."""
+
+
+class BadRequest(AgentdError):
+    """The request is malformed."""
+
+    problem_type = "bad-request"
+    status = 400
+
+
+class NotFound(AgentdError):
+    """Not found."""
+
+    problem_type = "not-found"
+    status = 404
+
+
+class UnknownAgent(NotFound):
+    """No agent is registered under that name."""
+
+    problem_type = "unknown-agent"
+    status = 422
+
+
+class LoopNotFound(NotFound):
+    """No loop has that id."""
+
+    problem_type = "loop-not-found"
+
+
+class ToolCallNotFound(NotFound):
+    """No tool call has that id."""
+
+    problem_type = "tool-call-not-found"
+
+
+class Conflict(AgentdError):
+    """The request conflicts with the current state."""
+
+    problem_type = "conflict"
+    status = 409
+
+
+class InvalidTransition(Conflict):
+    """The loop cannot make that transition from its current status."""
+
+    problem_type = "invalid-transition"
+
+
+class AlreadyDecided(Conflict):
+    """The tool call was already decided or has started."""
+
+    problem_type = "already-decided"
+
+
+class LimitExceeded(AgentdError):
+    """A loop limit was exceeded."""
+
+    problem_type = "limit-exceeded"
+    status = 409
+
+
+class MaxStepsExceeded(LimitExceeded):
+    """The loop reached its agent's max_steps."""
+
+
+class MaxDurationExceeded(LimitExceeded):
+    """The loop ran longer than its agent's max_duration."""
+
+
+class LLMError(AgentdError):
+    """The LLM call failed."""
+
+    problem_type = "llm-error"
+    status = 502
+
+
+class LLMTransportError(LLMError):
+    """The LLM endpoint could not be reached or the connection broke."""
+
+    def __init__(self, message: str | None = None, *, connected: bool = False, **d: Any):
+        super().__init__(message, **d)
+        # A connection that never established is safe to re-send; one that broke is not.
+        self.connected = connected
+
+
+class LLMTimeout(LLMError):
+    """The LLM endpoint went silent for longer than read_timeout."""
+
+
+class LLMStatusError(LLMError):
+    """The LLM endpoint answered with an error status."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        status_code: int,
+        retry_after: float | None = None,
+        body: str = "",
+        **d: Any,
+    ) -> None:
+        super().__init__(message or f"LLM endpoint answered HTTP {status_code}", **d)
+        self.status_code = status_code
+        self.retry_after = retry_after
+        self.body = body
+
+
+class LLMProtocolError(LLMError):
+    """The LLM endpoint answered something that is not a valid response."""
+
+
+class ToolError(AgentdError):
+    """The tool call failed."""
+
+    problem_type = "tool-error"
+    status = 502
+
+
+class ToolTransportError(ToolError):
+    """The MCP server could not be reached or broke the protocol."""
+
+
+McpError = ToolTransportError
+
+
+class McpSessionInvalid(ToolTransportError):
+    """The MCP server no longer knows the session."""
+
+
+class ToolArgumentsInvalid(ToolError):
+    """The tool arguments are not valid JSON or do not match the schema."""
+
+    problem_type = "tool-arguments-invalid"
+    status = 422
+
+
+class ToolTimeout(ToolError):
+    """The tool call did not finish within its timeout."""
+
+
+class UnknownTool(ToolError):
+    """The model called a tool that is not advertised to it."""
+
+
+class DatabaseUnavailable(AgentdError):
+    """The database cannot be reached."""
+
+    problem_type = "database-unavailable"
+    status = 503
+
+
+class FenceLost(Exception):  # noqa: N818 - control flow, deliberately not an AgentdError
+    """A stale generation lost its fence; nothing was written."""

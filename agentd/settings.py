@@ -1,0 +1,246 @@
+"""Settings: every tunable, from `AGENTD_*` env vars and an optional TOML file.
+
+Precedence: explicit arguments > environment > TOML file (`--config` / `AGENTD_CONFIG`)
+> defaults. The TOML file may also hold `[agents.*]`, `[mcp_servers.*]` and
+`[schedules.*]` tables; those are kept raw here and validated by their owners.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from agentd.errors import ConfigError
+
+QUEUES = ("llm", "tool", "maintenance")
+
+
+def _default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("agentd", appauthor=False))
+
+
+class Settings(BaseSettings):
+    """All agentd settings. Durations are seconds unless said otherwise."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="AGENTD_", extra="forbid", validate_default=True, env_nested_delimiter="__"
+    )
+
+    # --- database
+    database_url: str | None = Field(
+        None, description="PostgreSQL URL. Unset: an embedded server in data_dir."
+    )
+    database_direct_url: str | None = Field(
+        None,
+        description="Direct (unpooled) URL for LISTEN and the heartbeat connection, "
+        "when database_url points at a transaction-mode pooler.",
+    )
+    data_dir: Path = Field(default_factory=_default_data_dir, description="Embedded data dir.")
+    db_pool_min: int = Field(1, ge=0, description="Minimum pooled connections.")
+    db_pool_max: int = Field(10, ge=1, description="Maximum pooled connections.")
+
+    # --- API
+    api_token: SecretStr | None = Field(
+        None, description="Bearer token for the API. Unset: `agentd up` generates one."
+    )
+    read_tokens: list[SecretStr] = Field(
+        default_factory=list, description="Extra tokens that may only read."
+    )
+    host: str = Field("127.0.0.1", description="API bind address.")
+    port: int = Field(8080, ge=0, le=65535, description="API port.")
+    metrics_public: bool = Field(False, description="Serve /metrics without a token.")
+    max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body.")
+
+    # --- worker
+    llm_concurrency: int = Field(64, ge=1, description="LLM turns in flight per process.")
+    tool_concurrency: int = Field(32, ge=1, description="Tool calls in flight per process.")
+    queues: list[str] = Field(default_factory=lambda: list(QUEUES), description="Queues to run.")
+    poll_interval: float = Field(1.0, gt=0, description="Claim poll fallback when no NOTIFY.")
+    heartbeat_interval: float = Field(
+        10.0, gt=0, description="Lease renewal and worker heartbeat tick."
+    )
+    liveness_interval: float = Field(
+        1.0, gt=0, description="Dead-worker fast path check (reclaims a killed worker's work)."
+    )
+    reaper_interval: float = Field(60.0, gt=0, description="Full reaper sweep interval.")
+    janitor_interval: float = Field(86_400.0, gt=0, description="Retention janitor interval.")
+    shutdown_grace: float = Field(
+        30.0, ge=0, description="On SIGTERM, how long in-flight turns may finish."
+    )
+    stream_flush_interval: float = Field(
+        0.25, gt=0, description="How often a streaming partial is saved and published."
+    )
+
+    # --- reference tunables
+    lease_margin: float = Field(60.0, description="Added to read_timeout to size an LLM lease.")
+    queued_reap_threshold: float = Field(300.0, gt=0, description="Re-enqueue loops queued longer.")
+    default_read_timeout: float = Field(600.0, gt=0, description="LLM inactivity timeout.")
+    default_tool_timeout: float = Field(600.0, gt=0, description="Ceiling for tool leases.")
+    lease_leak_grace: float = Field(300.0, description="Past max_duration, a lease is dropped.")
+    default_max_duration: float = Field(7200.0, gt=0, description="Max seconds for one turn.")
+    llm_retries: int = Field(2, ge=0, description="Re-sends beyond the first attempt.")
+    llm_retry_base_delay: float = Field(1.0, ge=0, description="Backoff base: base * 2**(n-1).")
+    llm_retry_max_delay: float = Field(60.0, ge=0, description="Cap on any retry wait.")
+    llm_retry_statuses: list[int] = Field(
+        default_factory=lambda: [408, 409, 429, 500, 502, 503, 504],
+        description="HTTP statuses that are re-sent.",
+    )
+    event_retention: timedelta | None = Field(None, description="Prune events older. Unset: keep.")
+    mcp_inbound_session_retention: timedelta | None = Field(
+        None, description="Prune inbound MCP sessions created earlier. Unset: keep."
+    )
+    janitor_batch_size: int = Field(1000, ge=1, description="Rows deleted per batch.")
+
+    # --- logs
+    log_format: Literal["auto", "json", "console"] = Field("auto", description="Log format.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Level.")
+
+    # --- raw sections of the config file, validated by their owners
+    config: Path | None = Field(None, description="TOML config file (also --config).")
+    agents: dict[str, dict[str, Any]] = Field(default_factory=dict, description="[agents.*]")
+    mcp_servers: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="[mcp_servers.*]"
+    )
+    schedules: dict[str, dict[str, Any]] = Field(default_factory=dict, description="[schedules.*]")
+
+    @field_validator("lease_margin", "lease_leak_grace")
+    @classmethod
+    def _positive(cls, v: float, info: Any) -> float:
+        if v <= 0:
+            raise ValueError(f"{info.field_name} must be > 0 (got {v})")
+        return v
+
+    @field_validator("queues", mode="before")
+    @classmethod
+    def _split_queues(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [q.strip() for q in v.split(",") if q.strip()]
+        return v
+
+    @field_validator("queues")
+    @classmethod
+    def _known_queues(cls, v: list[str]) -> list[str]:
+        unknown = [q for q in v if q not in QUEUES]
+        if unknown:
+            raise ValueError(f"unknown queue(s) {unknown}; known: {list(QUEUES)}")
+        if not v:
+            raise ValueError("at least one queue is required")
+        return v
+
+    @field_validator("llm_retry_statuses", mode="before")
+    @classmethod
+    def _split_statuses(cls, v: Any) -> Any:
+        if isinstance(v, str) and not v.strip().startswith("["):
+            v = [int(s) for s in v.split(",") if s.strip()]
+        return v
+
+    @field_validator("llm_retry_statuses")
+    @classmethod
+    def _valid_statuses(cls, v: list[int]) -> list[int]:
+        bad = [s for s in v if not 100 <= s <= 599]
+        if bad:
+            raise ValueError(f"not HTTP statuses: {bad}")
+        return v
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Settings:
+        if self.db_pool_min > self.db_pool_max:
+            raise ValueError(
+                f"db_pool_min ({self.db_pool_min}) must be <= db_pool_max ({self.db_pool_max})"
+            )
+        if self.heartbeat_interval >= self.lease_margin:
+            # A lease is read_timeout + lease_margin; renewing slower than the margin
+            # would let a healthy turn's lease lapse.
+            raise ValueError(
+                f"heartbeat_interval ({self.heartbeat_interval}) must be < lease_margin "
+                f"({self.lease_margin})"
+            )
+        if self.llm_retry_base_delay > self.llm_retry_max_delay:
+            raise ValueError("llm_retry_base_delay must be <= llm_retry_max_delay")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _TomlSource(settings_cls, init_settings))
+
+    def lease_seconds(self, read_timeout: float | None) -> float:
+        """An LLM lease: the agent's read timeout plus the margin."""
+        return (read_timeout or self.default_read_timeout) + self.lease_margin
+
+    def redacted(self) -> dict[str, Any]:
+        """Settings as a dict with secrets masked (for logs and /admin)."""
+        data = self.model_dump(mode="json", exclude={"agents", "mcp_servers", "schedules"})
+        for key in ("database_url", "database_direct_url"):
+            if data.get(key):
+                data[key] = _mask_url(data[key])
+        return data
+
+
+def _mask_url(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}"
+    return url
+
+
+class _TomlSource(PydanticBaseSettingsSource):
+    """Reads the TOML file named by the `config` init arg or `AGENTD_CONFIG`."""
+
+    def __init__(self, settings_cls: type[BaseSettings], init: PydanticBaseSettingsSource) -> None:
+        super().__init__(settings_cls)
+        self._init = init
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = self._init().get("config") or os.environ.get("AGENTD_CONFIG")
+        if not path:
+            return {}
+        p = Path(path)
+        try:
+            with p.open("rb") as f:
+                data = tomllib.load(f)
+        except FileNotFoundError as exc:
+            raise ConfigError(f"config file not found: {p}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {p} is not valid TOML: {exc}") from exc
+        data.setdefault("config", str(p))
+        return data
+
+
+def load_settings(config: str | Path | None = None, **overrides: Any) -> Settings:
+    """Build Settings, turning validation failures into one clear ConfigError."""
+    from pydantic import ValidationError
+
+    try:
+        if config is not None:
+            overrides["config"] = Path(config)
+        return Settings(**overrides)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "settings"
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"{loc}: {msg}")
+        raise ConfigError("invalid settings: " + "; ".join(lines)) from None

@@ -1,0 +1,42 @@
+"""Event rows: wire logs and transitions, append-only; pruned by the janitor.
+
+Guarantee: one statement per batch. Never: stores an unredacted secret (callers redact;
+`insert_many` scrubs again as a last line of defence).
+Called by: engine pipelines, lifecycle, the MCP endpoint, janitor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from uuid import UUID
+
+from agentd import redact
+from agentd.db.pool import Connection
+from agentd.store.models import Event, NewEvent
+from agentd.store.queries import sql
+
+
+async def insert_many(conn: Connection, events: Sequence[NewEvent]) -> None:
+    if not events:
+        return
+    cols: list[list[object]] = [[] for _ in range(13)]
+    for e in events:
+        values = (e.loop_id, e.name, e.reason, e.http_method,
+                  redact.text(e.url) if e.url else None, e.status,
+                  redact.scrub(e.request_data), redact.scrub(e.response_data), e.duration,
+                  redact.text(e.log) if e.log else None, e.tool_call_id, e.message_id,
+                  e.inbound_session_id)
+        for col, v in zip(cols, values, strict=True):
+            col.append(v)
+    await conn.execute(sql("event_insert_many"), *cols)
+
+
+async def list_(conn: Connection, *, loop_id: UUID, after_id: int = 0,
+                limit: int = 100) -> list[Event]:
+    return [Event.from_record(r)
+            for r in await conn.fetch(sql("event_list"), loop_id, after_id, limit)]
+
+
+async def prune(conn: Connection, *, cutoff: datetime, batch: int) -> int:
+    return int(await conn.fetchval(sql("event_prune"), cutoff, batch))

@@ -1,0 +1,78 @@
+"""Job rows: enqueue in the caller's transaction, claim with SKIP LOCKED.
+
+Guarantee: a claim deletes the job and takes the turn (or tool lease) in one statement;
+a stale job (wrong generation, frozen or moved-on loop) is dropped, never run.
+Tolerates: any number of workers claiming concurrently; duplicate jobs.
+Never: sends NOTIFY on the worker's successor path (it serializes commits).
+Called by: engine (worker, lifecycle, reaper), api via lifecycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from agentd.db.pool import Connection
+from agentd.store.models import Loop, ToolCall
+from agentd.store.queries import sql
+
+
+@dataclass(frozen=True)
+class LlmClaim:
+    job_id: int
+    loop_id: UUID
+    loop: Loop | None  # None: the job was stale and has been dropped
+
+
+@dataclass(frozen=True)
+class ToolClaim:
+    job_id: int
+    generation: UUID | None
+    tool_call: ToolCall | None  # None: stale or duplicate job, dropped
+
+
+async def enqueue(conn: Connection, *, queue: str, kind: str, loop_id: UUID,
+                  generation: UUID | None, tool_call_id: int | None = None,
+                  lease_seconds: float | None = None, delay: float = 0.0,
+                  notify: bool = False) -> int:
+    job_id: int = await conn.fetchval(sql("job_enqueue"), queue, kind, loop_id, tool_call_id,
+                                      generation, lease_seconds, delay)
+    if notify:
+        await conn.execute(sql("job_notify"), queue)
+    return job_id
+
+
+async def notify(conn: Connection, *, queue: str) -> None:
+    await conn.execute(sql("job_notify"), queue)
+
+
+async def claim_llm(conn: Connection, *, execution_token: UUID, worker_id: UUID,
+                    default_lease: float) -> LlmClaim | None:
+    rec = await conn.fetchrow(sql("job_claim_llm"), execution_token, worker_id, default_lease)
+    if rec is None:
+        return None
+    loop = Loop.from_record(rec) if rec["id"] is not None else None
+    return LlmClaim(job_id=rec["job_id"], loop_id=rec["job_loop_id"], loop=loop)
+
+
+async def claim_tool(conn: Connection, *, lease_token: UUID, worker_id: UUID,
+                     default_lease: float) -> ToolClaim | None:
+    rec = await conn.fetchrow(sql("job_claim_tool"), lease_token, worker_id, default_lease)
+    if rec is None:
+        return None
+    tc = ToolCall.from_record(rec) if rec["id"] is not None else None
+    return ToolClaim(job_id=rec["job_id"], generation=rec["job_generation"], tool_call=tc)
+
+
+async def depth(conn: Connection) -> dict[str, tuple[int, float]]:
+    return {r["queue"]: (r["depth"], float(r["oldest_age"]))
+            for r in await conn.fetch(sql("job_depth"))}
+
+
+async def list_for_loop(conn: Connection, *, loop_id: UUID) -> list[dict[str, Any]]:
+    return [dict(r) for r in await conn.fetch(sql("job_list_for_loop"), loop_id)]
+
+
+async def delete_for_loop(conn: Connection, *, loop_id: UUID) -> None:
+    await conn.execute(sql("job_delete_for_loop"), loop_id)

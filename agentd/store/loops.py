@@ -1,0 +1,98 @@
+"""Loop rows: insert, read, fenced transitions, lease renewal and reaper sweeps.
+
+Guarantee: every write that belongs to a generation names its execution_token in the
+WHERE clause and reports a lost fence as None/False, never raising.
+Tolerates: concurrent workers, reapers and API calls on the same rows.
+Never: holds a lock beyond the caller's transaction.
+Called by: engine (worker, lifecycle, reaper, lease renewer) and api (reads).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from agentd.db.pool import Connection
+from agentd.store.models import Loop
+from agentd.store.queries import sql
+
+
+def _loop(rec: Any) -> Loop | None:
+    return Loop.from_record(rec) if rec is not None else None
+
+
+async def insert(conn: Connection, *, agent: str, subject: str | None, state: dict[str, Any],
+                 execution_token: UUID, title: str | None = None) -> Loop:
+    rec = await conn.fetchrow(sql("loop_insert"), agent, subject, state, execution_token, title)
+    return Loop.from_record(rec)
+
+
+async def get(conn: Connection, *, loop_id: UUID) -> Loop | None:
+    return _loop(await conn.fetchrow(sql("loop_get"), loop_id))
+
+
+async def get_for_update(conn: Connection, *, loop_id: UUID) -> Loop | None:
+    return _loop(await conn.fetchrow(sql("loop_get_for_update"), loop_id))
+
+
+async def list_(conn: Connection, *, status: str | None, agent: str | None,
+                cursor: tuple[datetime, UUID] | None, limit: int) -> list[Loop]:
+    c_at, c_id = cursor if cursor else (None, None)
+    rows = await conn.fetch(sql("loop_list"), status, agent, c_at, c_id, limit)
+    return [Loop.from_record(r) for r in rows]
+
+
+async def set_status(conn: Connection, *, loop_id: UUID, status: str,
+                     execution_token: UUID | None, reason: str | None,
+                     error_message: str | None = None) -> Loop:
+    rec = await conn.fetchrow(sql("loop_set_status"), loop_id, status, execution_token, reason,
+                              error_message)
+    return Loop.from_record(rec)
+
+
+async def set_flags(conn: Connection, *, loop_id: UUID, frozen: bool | None = None,
+                    observed: bool | None = None) -> Loop | None:
+    return _loop(await conn.fetchrow(sql("loop_set_flags"), loop_id, frozen, observed))
+
+
+async def finalize_turn(conn: Connection, *, loop_id: UUID, execution_token: UUID,
+                        completed: bool, tokens: tuple[int, int, int]) -> Loop | None:
+    rec = await conn.fetchrow(sql("loop_finalize_turn"), loop_id, execution_token, completed,
+                              *tokens)
+    return _loop(rec)
+
+
+async def fenced_transition(conn: Connection, *, loop_id: UUID, execution_token: UUID,
+                            from_statuses: list[str], status: str, reason: str,
+                            error_message: str | None = None,
+                            new_token: UUID | None = None) -> Loop | None:
+    rec = await conn.fetchrow(sql("loop_fenced_transition"), loop_id, execution_token,
+                              from_statuses, status, reason, error_message, new_token)
+    return _loop(rec)
+
+
+async def renew_leases(conn: Connection, *, ids: list[UUID], tokens: list[UUID]) -> set[UUID]:
+    rows = await conn.fetch(sql("loop_lease_renew_many"), ids, tokens)
+    return {r["id"] for r in rows}
+
+
+async def release_leases(conn: Connection, *, ids: list[UUID], tokens: list[UUID]) -> None:
+    await conn.execute(sql("loop_release_leases"), ids, tokens)
+
+
+async def reap_expired(conn: Connection, *, dead_workers: list[UUID], limit: int) -> list[Any]:
+    return list(await conn.fetch(sql("loop_reap_expired"), dead_workers, limit))
+
+
+async def reap_queued(conn: Connection, *, threshold: float, grace: float, limit: int) -> int:
+    return len(await conn.fetch(sql("loop_reap_queued"), threshold, limit, grace))
+
+
+async def reap_gate(conn: Connection, *, grace: float, limit: int) -> int:
+    return len(await conn.fetch(sql("loop_reap_gate"), grace, limit))
+
+
+async def count_by_status(conn: Connection) -> list[tuple[str, str, int]]:
+    return [(r["status"], r["agent"], r["n"]) for r in await conn.fetch(
+        sql("loop_count_by_status"))]

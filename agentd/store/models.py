@@ -1,0 +1,151 @@
+"""Frozen row types returned by the store."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Self
+from uuid import UUID
+
+
+class _Row:
+    @classmethod
+    def from_record(cls, rec: Any) -> Self:
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: rec[k] for k in names if k in rec.keys()})  # type: ignore[call-arg]
+
+
+@dataclass(frozen=True)
+class Loop(_Row):
+    id: UUID
+    agent: str
+    subject: str | None
+    title: str | None
+    status: str
+    status_reason: str | None
+    state: dict[str, Any]
+    execution_token: UUID | None
+    lease_expires_at: datetime | None
+    lease_seconds: float | None
+    worker_id: UUID | None
+    turn_started_at: datetime | None
+    step_count: int
+    error_message: str | None
+    frozen: bool
+    observed: bool
+    tokens_prompt: int
+    tokens_completion: int
+    tokens_cached: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Message(_Row):
+    id: int
+    loop_id: UUID
+    role: str
+    content: str | None
+    reasoning: str | None
+    hidden: bool
+    status: str
+    step: int | None
+    execution_token: UUID | None
+    tool_call_id: int | None
+    metadata: dict[str, Any]
+    tokens_prompt: int | None
+    tokens_completion: int | None
+    tokens_cached: int | None
+    ttft: float | None
+    duration: float | None
+    finish_reason: str | None
+    error_message: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class ToolCall(_Row):
+    id: int
+    loop_id: UUID
+    message_id: int
+    position: int
+    provider_call_id: str
+    name: str
+    arguments: dict[str, Any] | None
+    arguments_raw: str | None
+    metadata: dict[str, Any]
+    status: str
+    result: str | None
+    structured_result: Any
+    is_success: bool | None
+    error_message: str | None
+    executed_at: datetime | None
+    lease_token: UUID | None
+    leased_until: datetime | None
+    lease_worker_id: UUID | None
+    attempts: int
+    approval_required: bool
+    approval_status: str | None
+    approval_deadline: datetime | None
+    decided_at: datetime | None
+    decided_by: str | None
+    decision_reason: str | None
+    response_message_id: int | None
+    duration: float | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Event(_Row):
+    id: int
+    loop_id: UUID | None
+    message_id: int | None
+    tool_call_id: int | None
+    inbound_session_id: int | None
+    name: str
+    reason: str | None
+    http_method: str | None
+    url: str | None
+    status: int | None
+    request_data: Any
+    response_data: Any
+    duration: float | None
+    log: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class McpToolRow(_Row):
+    id: int
+    mcp_session_id: int
+    loop_id: UUID
+    name: str
+    remote_name: str
+    description: str | None
+    input_schema: dict[str, Any]
+    requires_approval: bool
+    mcp_name: str
+    session_id: str | None
+    transport_kind: str
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event to write; built by the engine, flushed in batches."""
+
+    name: str
+    loop_id: UUID | None = None
+    reason: str | None = None
+    http_method: str | None = None
+    url: str | None = None
+    status: int | None = None
+    request_data: Any = None
+    response_data: Any = None
+    duration: float | None = None
+    log: str | None = None
+    tool_call_id: int | None = None
+    message_id: int | None = None
+    inbound_session_id: int | None = None

@@ -1,0 +1,178 @@
+-- name: loop_insert :one
+-- API/lifecycle start; no fence (new row).
+-- $1 agent text · $2 subject text · $3 state jsonb · $4 execution_token uuid · $5 title text
+INSERT INTO loops (agent, subject, state, status, execution_token, title)
+VALUES ($1, $2, $3, 'queued', $4, $5)
+RETURNING *;
+
+-- name: loop_get :one
+-- Readers (API, engine); no fence.
+-- $1 id uuid
+SELECT * FROM loops WHERE id = $1;
+
+-- name: loop_get_for_update :one
+-- Lifecycle transitions; takes the row lock every fence re-checks under.
+-- $1 id uuid
+SELECT * FROM loops WHERE id = $1 FOR UPDATE;
+
+-- name: loop_list :many
+-- API list, newest first, keyset cursor (created_at, id).
+-- $1 status text|null · $2 agent text|null · $3 cursor_created_at timestamptz|null · $4 cursor_id uuid|null · $5 limit int
+SELECT * FROM loops
+WHERE ($1::text IS NULL OR status = $1)
+  AND ($2::text IS NULL OR agent = $2)
+  AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4))
+ORDER BY created_at DESC, id DESC
+LIMIT $5;
+
+-- name: loop_set_status :one
+-- Lifecycle (pause/stop/resume/freeze...) under the row lock taken by loop_get_for_update.
+-- $1 id uuid · $2 status text · $3 execution_token uuid|null · $4 status_reason text|null · $5 error_message text|null
+UPDATE loops
+SET status = $2, execution_token = $3, status_reason = $4, error_message = $5,
+    lease_expires_at = NULL, worker_id = NULL, updated_at = now()
+WHERE id = $1
+RETURNING *;
+
+-- name: loop_set_flags :one
+-- Admin freeze/unfreeze/observe; no fence.
+-- $1 id uuid · $2 frozen bool|null · $3 observed bool|null
+UPDATE loops
+SET frozen = coalesce($2, frozen), observed = coalesce($3, observed), updated_at = now()
+WHERE id = $1
+RETURNING *;
+
+-- name: loop_finalize_turn :one
+-- ResponseParsing; fence: status running AND execution_token = $2.
+-- $1 id uuid · $2 execution_token uuid · $3 completed bool · $4 tokens_prompt int · $5 tokens_completion int · $6 tokens_cached int
+UPDATE loops
+SET step_count = step_count + 1,
+    status = CASE WHEN $3 THEN 'completed' ELSE 'running' END,
+    status_reason = CASE WHEN $3 THEN 'model_finished' ELSE 'tool_calls' END,
+    execution_token = CASE WHEN $3 THEN NULL ELSE execution_token END,
+    lease_expires_at = NULL, worker_id = NULL, error_message = NULL,
+    tokens_prompt = tokens_prompt + $4, tokens_completion = tokens_completion + $5,
+    tokens_cached = tokens_cached + $6,
+    updated_at = now()
+WHERE id = $1 AND execution_token = $2 AND status = 'running'
+RETURNING *;
+
+-- name: loop_fenced_transition :one
+-- Engine (limits, failures, host-driven completion); fence: execution_token = $2 and status in $3.
+-- $1 id uuid · $2 execution_token uuid · $3 from_statuses text[] · $4 status text · $5 status_reason text · $6 error_message text|null · $7 new_token uuid|null
+UPDATE loops
+SET status = $4, status_reason = $5, error_message = $6, execution_token = $7,
+    lease_expires_at = NULL, worker_id = NULL, updated_at = now()
+WHERE id = $1 AND execution_token = $2 AND status = ANY($3::text[])
+RETURNING *;
+
+-- name: loop_lease_renew_many :many
+-- LeaseRenewer, one statement per tick; fence: status running AND execution_token matches.
+-- $1 ids uuid[] · $2 tokens uuid[]
+UPDATE loops AS l
+SET lease_expires_at = now() + make_interval(secs => l.lease_seconds)
+FROM unnest($1::uuid[], $2::uuid[]) AS r(id, token)
+WHERE l.id = r.id AND l.execution_token = r.token AND l.status = 'running'
+RETURNING l.id;
+
+-- name: loop_release_leases :exec
+-- Graceful shutdown: give this worker's unfinished turns back at once; fence: tokens match.
+-- $1 ids uuid[] · $2 tokens uuid[]
+WITH r AS (
+    SELECT l.id FROM loops l
+    JOIN unnest($1::uuid[], $2::uuid[]) AS x(id, token)
+      ON l.id = x.id AND l.execution_token = x.token AND l.status = 'running'
+    FOR UPDATE OF l
+), u AS (
+    UPDATE loops SET status = 'queued', execution_token = gen_random_uuid(),
+        lease_expires_at = NULL, worker_id = NULL, status_reason = 'released_on_shutdown',
+        updated_at = now()
+    FROM r WHERE loops.id = r.id
+    RETURNING loops.id, loops.execution_token, loops.lease_seconds
+), s AS (
+    UPDATE messages SET status = 'failed', hidden = true, updated_at = now()
+    WHERE loop_id IN (SELECT id FROM u) AND status = 'processing'
+)
+INSERT INTO jobs (queue, kind, loop_id, generation, lease_seconds)
+SELECT 'llm', 'llm_turn', id, execution_token, lease_seconds FROM u;
+
+-- name: loop_reap_expired :many
+-- Reaper case 1 and the dead-worker fast path: requeue running LLM turns whose lease
+-- expired or whose worker died; rotates the token so the stale worker cannot write.
+-- $1 dead_workers uuid[] · $2 limit int
+WITH r AS (
+    SELECT id FROM loops
+    WHERE status = 'running' AND lease_expires_at IS NOT NULL
+      AND (lease_expires_at < now() OR worker_id = ANY($1::uuid[]))
+    ORDER BY id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), u AS (
+    UPDATE loops SET status = 'queued', execution_token = gen_random_uuid(),
+        lease_expires_at = NULL, worker_id = NULL,
+        status_reason = CASE WHEN loops.worker_id = ANY($1::uuid[])
+                             THEN 'reaped_worker_dead' ELSE 'reaped_lease_expired' END,
+        updated_at = now()
+    FROM r WHERE loops.id = r.id
+    RETURNING loops.id, loops.execution_token, loops.lease_seconds, loops.status_reason
+), s AS (
+    UPDATE messages SET status = 'failed', hidden = true, updated_at = now()
+    WHERE loop_id IN (SELECT id FROM u) AND status = 'processing'
+), j AS (
+    INSERT INTO jobs (queue, kind, loop_id, generation, lease_seconds)
+    SELECT 'llm', 'llm_turn', id, execution_token, lease_seconds FROM u
+)
+SELECT id, status_reason FROM u;
+
+-- name: loop_reap_queued :many
+-- Reaper case 4 and dropped enqueues: a queued, unfrozen loop with no job, or queued past
+-- the threshold, gets a fresh generation and job (any older job becomes stale).
+-- $1 threshold_seconds float · $2 limit int · $3 grace_seconds float
+WITH r AS (
+    SELECT l.id FROM loops l
+    WHERE l.status = 'queued' AND NOT l.frozen
+      AND (l.updated_at < now() - make_interval(secs => $1)
+           OR (l.updated_at < now() - make_interval(secs => $3)
+               AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.loop_id = l.id)))
+    ORDER BY l.id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), u AS (
+    UPDATE loops SET execution_token = gen_random_uuid(), updated_at = now(),
+        status_reason = 'reaped_queued'
+    FROM r WHERE loops.id = r.id
+    RETURNING loops.id, loops.execution_token, loops.lease_seconds
+), j AS (
+    INSERT INTO jobs (queue, kind, loop_id, generation, lease_seconds)
+    SELECT 'llm', 'llm_turn', id, execution_token, lease_seconds FROM u
+)
+SELECT id FROM u;
+
+-- name: loop_reap_gate :many
+-- Reaper: a running loop in its tool phase whose every tool call is resolved but no LLM
+-- turn was enqueued (a dropped continuation); fires the completion gate.
+-- $1 grace_seconds float · $2 limit int
+WITH r AS (
+    SELECT l.id FROM loops l
+    WHERE l.status = 'running' AND l.lease_expires_at IS NULL AND NOT l.frozen
+      AND l.updated_at < now() - make_interval(secs => $1)
+      AND NOT EXISTS (SELECT 1 FROM tool_calls t
+                      WHERE t.loop_id = l.id AND t.response_message_id IS NULL)
+      AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.loop_id = l.id)
+    ORDER BY l.id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), u AS (
+    UPDATE loops SET status = 'queued', execution_token = gen_random_uuid(),
+        status_reason = 'reaped_dropped_continuation', updated_at = now()
+    FROM r WHERE loops.id = r.id
+    RETURNING loops.id, loops.execution_token, loops.lease_seconds
+), j AS (
+    INSERT INTO jobs (queue, kind, loop_id, generation, lease_seconds)
+    SELECT 'llm', 'llm_turn', id, execution_token, lease_seconds FROM u
+)
+SELECT id FROM u;
+
+-- name: loop_count_by_status :many
+-- Dashboard and metrics; no fence.
+SELECT status, agent, count(*)::bigint AS n FROM loops GROUP BY status, agent;

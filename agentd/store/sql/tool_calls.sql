@@ -1,0 +1,161 @@
+-- name: tool_call_insert_many :many
+-- ResponseParsing inside the fenced finalize transaction.
+-- $1 loop_id uuid · $2 message_id bigint · $3 positions int[] · $4 provider_ids text[] · $5 names text[] · $6 arguments jsonb[] · $7 raws text[] · $8 metadatas jsonb[]
+INSERT INTO tool_calls (loop_id, message_id, position, provider_call_id, name, arguments,
+                        arguments_raw, metadata)
+SELECT $1, $2, p, pid, n, a, r, m
+FROM unnest($3::int[], $4::text[], $5::text[], $6::jsonb[], $7::text[], $8::jsonb[])
+     AS x(p, pid, n, a, r, m)
+RETURNING *;
+
+-- name: tool_call_get :one
+-- Readers; no fence.
+-- $1 id bigint
+SELECT * FROM tool_calls WHERE id = $1;
+
+-- name: tool_call_get_for_update :one
+-- Approvals; row lock.
+-- $1 id bigint
+SELECT * FROM tool_calls WHERE id = $1 FOR UPDATE;
+
+-- name: tool_call_list_for_loop :many
+-- Transcript and prompt building; no fence.
+-- $1 loop_id uuid
+SELECT * FROM tool_calls WHERE loop_id = $1 ORDER BY message_id, position;
+
+-- name: tool_call_list_unresolved :many
+-- Resume/redispatch and ResponseCreation's chaining, under the loop lock.
+-- $1 loop_id uuid
+SELECT * FROM tool_calls WHERE loop_id = $1 AND response_message_id IS NULL
+ORDER BY message_id, position;
+
+-- name: tool_call_checkpoint :one
+-- ToolExecution; fence: this lease_token still holds the call and it has no result yet.
+-- $1 id bigint · $2 lease_token uuid · $3 result text · $4 structured jsonb · $5 is_success bool · $6 error_message text · $7 duration float
+UPDATE tool_calls
+SET result = $3, structured_result = $4, is_success = $5, error_message = $6,
+    duration = $7, executed_at = now(),
+    status = CASE WHEN $5 THEN 'completed' ELSE 'failed' END, updated_at = now()
+WHERE id = $1 AND lease_token = $2 AND executed_at IS NULL
+RETURNING *;
+
+-- name: tool_call_mark_responded :one
+-- ResponseCreation under the loop lock; fence: still this lease and no response yet.
+-- $1 id bigint · $2 response_message_id bigint · $3 lease_token uuid
+UPDATE tool_calls
+SET response_message_id = $2, lease_token = NULL, leased_until = NULL,
+    lease_worker_id = NULL, updated_at = now()
+WHERE id = $1 AND response_message_id IS NULL AND lease_token = $3
+RETURNING *;
+
+-- name: tool_call_park :one
+-- ApprovalGate: park the call for a human decision and drop its lease (nothing to reap).
+-- $1 id bigint · $2 lease_token uuid · $3 deadline timestamptz|null
+UPDATE tool_calls
+SET status = 'waiting', approval_required = true, approval_status = 'pending',
+    approval_deadline = $3, lease_token = NULL, leased_until = NULL,
+    lease_worker_id = NULL, updated_at = now()
+WHERE id = $1 AND lease_token = $2 AND response_message_id IS NULL
+RETURNING *;
+
+-- name: tool_call_decide :one
+-- Approve/deny/expire under the loop lock; only a pending decision can be taken.
+-- $1 id bigint · $2 approval_status text · $3 decided_by text · $4 reason text
+UPDATE tool_calls
+SET approval_status = $2, decided_at = now(), decided_by = $3, decision_reason = $4,
+    status = 'pending', updated_at = now()
+WHERE id = $1 AND approval_status = 'pending'
+RETURNING *;
+
+-- name: tool_call_revoke_leases :exec
+-- Resume: revoke the leases of unresolved calls before re-enqueueing them.
+-- $1 loop_id uuid
+UPDATE tool_calls
+SET lease_token = NULL, leased_until = NULL, lease_worker_id = NULL,
+    status = CASE WHEN executed_at IS NULL AND status = 'running' THEN 'pending'
+                  ELSE status END,
+    updated_at = now()
+WHERE loop_id = $1 AND response_message_id IS NULL;
+
+-- name: tool_call_list_pending_approval :many
+-- API approvals list; no fence.
+-- $1 loop_id uuid
+SELECT * FROM tool_calls WHERE loop_id = $1 AND approval_status = 'pending' ORDER BY id;
+
+-- name: tool_call_count_pending_approval :val
+-- Lifecycle: does the loop still wait on a person?
+-- $1 loop_id uuid
+SELECT count(*)::bigint FROM tool_calls WHERE loop_id = $1 AND approval_status = 'pending';
+
+-- name: tool_call_reap_stalled :many
+-- Reaper case 2: unresolved calls whose lease expired, whose worker died, or that have
+-- neither a lease nor a job (a dropped enqueue). Clears the lease and re-enqueues with the
+-- loop's current generation; a checkpointed call will replay, not re-run.
+-- $1 dead_workers uuid[] · $2 grace_seconds float · $3 limit int
+WITH r AS (
+    SELECT tc.id, l.execution_token, tc.leased_until IS NOT NULL AS was_leased
+    FROM tool_calls tc JOIN loops l ON l.id = tc.loop_id
+    WHERE tc.response_message_id IS NULL
+      AND l.status IN ('running', 'waiting') AND NOT l.frozen
+      AND tc.approval_status IS DISTINCT FROM 'pending'
+      AND (tc.leased_until < now()
+           OR tc.lease_worker_id = ANY($1::uuid[])
+           OR (tc.leased_until IS NULL
+               AND tc.updated_at < now() - make_interval(secs => $2)
+               AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.tool_call_id = tc.id)))
+    ORDER BY tc.id
+    LIMIT $3
+    FOR UPDATE OF tc SKIP LOCKED
+), u AS (
+    UPDATE tool_calls SET lease_token = NULL, leased_until = NULL, lease_worker_id = NULL,
+        status = CASE WHEN executed_at IS NULL THEN 'pending' ELSE status END,
+        updated_at = now()
+    FROM r WHERE tool_calls.id = r.id
+    RETURNING tool_calls.id, tool_calls.loop_id, r.execution_token, r.was_leased
+), j AS (
+    INSERT INTO jobs (queue, kind, loop_id, tool_call_id, generation, lease_seconds)
+    SELECT 'tool', 'tool_call', loop_id, id, execution_token, NULL FROM u
+)
+SELECT id, was_leased FROM u;
+
+-- name: tool_call_expire_approvals :many
+-- Reaper: pending decisions past their deadline are denied as expired and re-enqueued so
+-- the ApprovalGate emits the rejection the model sees.
+-- $1 limit int
+WITH r AS (
+    SELECT tc.id, l.execution_token FROM tool_calls tc JOIN loops l ON l.id = tc.loop_id
+    WHERE tc.approval_status = 'pending' AND tc.approval_deadline < now()
+      AND l.status IN ('running', 'waiting')
+    ORDER BY tc.id LIMIT $1
+    FOR UPDATE OF tc SKIP LOCKED
+), u AS (
+    UPDATE tool_calls SET approval_status = 'expired', decided_at = now(),
+        decided_by = 'reaper', decision_reason = 'approval deadline passed',
+        status = 'pending', updated_at = now()
+    FROM r WHERE tool_calls.id = r.id
+    RETURNING tool_calls.id, tool_calls.loop_id, r.execution_token
+), j AS (
+    INSERT INTO jobs (queue, kind, loop_id, tool_call_id, generation)
+    SELECT 'tool', 'tool_call', loop_id, id, execution_token FROM u
+)
+SELECT id, loop_id FROM u;
+
+-- name: tool_call_release_leases :exec
+-- Graceful shutdown: give unfinished, unexecuted calls back with a job, at once.
+-- $1 ids bigint[] · $2 tokens uuid[]
+WITH r AS (
+    SELECT tc.id, l.execution_token FROM tool_calls tc
+    JOIN unnest($1::bigint[], $2::uuid[]) AS x(id, token)
+      ON tc.id = x.id AND tc.lease_token = x.token
+    JOIN loops l ON l.id = tc.loop_id
+    WHERE tc.response_message_id IS NULL
+    FOR UPDATE OF tc
+), u AS (
+    UPDATE tool_calls SET lease_token = NULL, leased_until = NULL, lease_worker_id = NULL,
+        status = CASE WHEN executed_at IS NULL THEN 'pending' ELSE status END,
+        updated_at = now()
+    FROM r WHERE tool_calls.id = r.id
+    RETURNING tool_calls.id, tool_calls.loop_id, r.execution_token
+)
+INSERT INTO jobs (queue, kind, loop_id, tool_call_id, generation)
+SELECT 'tool', 'tool_call', loop_id, id, execution_token FROM u;

@@ -1,0 +1,100 @@
+"""Tool call rows: creation, per-call leases, the executed_at checkpoint, approvals.
+
+Guarantee: one checkpointed result per call (executed_at is set once, under the lease
+token); a response is recorded once; a pending decision is taken once.
+Tolerates: duplicate jobs, racing approve/deny, workers dying mid-call.
+Never: invokes anything; re-running a tool is the engine's decision.
+Called by: engine (pipelines, lifecycle, reaper), api (approvals, transcript).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from agentd.db.pool import Connection
+from agentd.store.models import ToolCall
+from agentd.store.queries import sql
+
+
+def _tc(rec: Any) -> ToolCall | None:
+    return ToolCall.from_record(rec) if rec is not None else None
+
+
+async def insert_many(conn: Connection, *, loop_id: UUID, message_id: int,
+                      calls: list[dict[str, Any]]) -> list[ToolCall]:
+    rows = await conn.fetch(
+        sql("tool_call_insert_many"), loop_id, message_id,
+        [c["position"] for c in calls], [c["provider_call_id"] for c in calls],
+        [c["name"] for c in calls], [c["arguments"] for c in calls],
+        [c["arguments_raw"] for c in calls], [c["metadata"] for c in calls])
+    return [ToolCall.from_record(r) for r in rows]
+
+
+async def get(conn: Connection, *, tool_call_id: int) -> ToolCall | None:
+    return _tc(await conn.fetchrow(sql("tool_call_get"), tool_call_id))
+
+
+async def get_for_update(conn: Connection, *, tool_call_id: int) -> ToolCall | None:
+    return _tc(await conn.fetchrow(sql("tool_call_get_for_update"), tool_call_id))
+
+
+async def list_for_loop(conn: Connection, *, loop_id: UUID) -> list[ToolCall]:
+    return [ToolCall.from_record(r)
+            for r in await conn.fetch(sql("tool_call_list_for_loop"), loop_id)]
+
+
+async def list_unresolved(conn: Connection, *, loop_id: UUID) -> list[ToolCall]:
+    return [ToolCall.from_record(r)
+            for r in await conn.fetch(sql("tool_call_list_unresolved"), loop_id)]
+
+
+async def checkpoint(conn: Connection, *, tool_call_id: int, lease_token: UUID, result: str,
+                     structured: Any, is_success: bool, error_message: str | None,
+                     duration: float | None) -> ToolCall | None:
+    return _tc(await conn.fetchrow(sql("tool_call_checkpoint"), tool_call_id, lease_token,
+                                   result, structured, is_success, error_message, duration))
+
+
+async def mark_responded(conn: Connection, *, tool_call_id: int, response_message_id: int,
+                         lease_token: UUID) -> ToolCall | None:
+    return _tc(await conn.fetchrow(sql("tool_call_mark_responded"), tool_call_id,
+                                   response_message_id, lease_token))
+
+
+async def park(conn: Connection, *, tool_call_id: int, lease_token: UUID,
+               deadline: datetime | None) -> ToolCall | None:
+    return _tc(await conn.fetchrow(sql("tool_call_park"), tool_call_id, lease_token, deadline))
+
+
+async def decide(conn: Connection, *, tool_call_id: int, approval_status: str,
+                 decided_by: str | None, reason: str | None) -> ToolCall | None:
+    return _tc(await conn.fetchrow(sql("tool_call_decide"), tool_call_id, approval_status,
+                                   decided_by, reason))
+
+
+async def revoke_leases(conn: Connection, *, loop_id: UUID) -> None:
+    await conn.execute(sql("tool_call_revoke_leases"), loop_id)
+
+
+async def list_pending_approval(conn: Connection, *, loop_id: UUID) -> list[ToolCall]:
+    return [ToolCall.from_record(r)
+            for r in await conn.fetch(sql("tool_call_list_pending_approval"), loop_id)]
+
+
+async def count_pending_approval(conn: Connection, *, loop_id: UUID) -> int:
+    return int(await conn.fetchval(sql("tool_call_count_pending_approval"), loop_id))
+
+
+async def reap_stalled(conn: Connection, *, dead_workers: list[UUID], grace: float,
+                       limit: int) -> list[Any]:
+    return list(await conn.fetch(sql("tool_call_reap_stalled"), dead_workers, grace, limit))
+
+
+async def expire_approvals(conn: Connection, *, limit: int) -> list[Any]:
+    return list(await conn.fetch(sql("tool_call_expire_approvals"), limit))
+
+
+async def release_leases(conn: Connection, *, ids: list[int], tokens: list[UUID]) -> None:
+    await conn.execute(sql("tool_call_release_leases"), ids, tokens)
