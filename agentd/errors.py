@@ -205,5 +205,5 @@ class DatabaseUnavailable(AgentdError):
     status = 503
 
 
-class FenceLost(Exception):  # noqa: N818 - control flow, deliberately not an AgentdError
+class FenceLost(Exception):
     """A stale generation lost its fence; nothing was written."""

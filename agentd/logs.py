@@ -10,8 +10,12 @@ import structlog
 
 from agentd import redact
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-           "error": logging.ERROR}
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 
 
 def _scrub(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:

@@ -6,10 +6,28 @@ import re
 from typing import Any
 
 MASK = "[REDACTED]"
-_SECRET_HEADERS = {"authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie",
-                   "set-cookie", "proxy-authorization"}
-_SECRET_KEYS = {"api_key", "api_token", "apikey", "token", "password", "secret",
-                "authorization", "access_token", "refresh_token", "x-api-key", "x-goog-api-key"}
+_SECRET_HEADERS = {
+    "authorization",
+    "x-api-key",
+    "api-key",
+    "x-goog-api-key",
+    "cookie",
+    "set-cookie",
+    "proxy-authorization",
+}
+_SECRET_KEYS = {
+    "api_key",
+    "api_token",
+    "apikey",
+    "token",
+    "password",
+    "secret",
+    "authorization",
+    "access_token",
+    "refresh_token",
+    "x-api-key",
+    "x-goog-api-key",
+}
 _PATTERNS = [
     (re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"), r"\1" + MASK),
     (re.compile(r"(?i)([?&](?:key|api_key|apikey|token|access_token)=)[^&\s\"']+"), r"\1" + MASK),
@@ -36,9 +54,8 @@ def scrub(value: Any, *, _depth: int = 0) -> Any:
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
-            if isinstance(k, str) and k.lower() in _SECRET_KEYS and isinstance(v, str) and v:
-                out[k] = MASK
-            elif isinstance(k, str) and k.lower() in _SECRET_HEADERS and isinstance(v, str):
+            secret = isinstance(k, str) and k.lower() in (_SECRET_KEYS | _SECRET_HEADERS)
+            if secret and isinstance(v, str) and v:
                 out[k] = MASK
             else:
                 out[k] = scrub(v, _depth=_depth + 1)

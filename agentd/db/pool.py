@@ -15,9 +15,7 @@ Connection = asyncpg.Connection
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
     for typ in ("json", "jsonb"):
-        await conn.set_type_codec(
-            typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
-        )
+        await conn.set_type_codec(typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
 
 async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10, **kw: Any) -> Pool:
@@ -56,3 +54,12 @@ async def transaction(pool: Pool) -> AsyncIterator[Connection]:
 async def connection(pool: Pool) -> AsyncIterator[Connection]:
     async with pool.acquire() as conn:
         yield conn
+
+
+#: What a lost or unreachable database raises; callers retry or degrade on these.
+DB_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)

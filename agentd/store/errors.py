@@ -14,6 +14,10 @@ from agentd.errors import DatabaseUnavailable
 def translate_pg_errors() -> Iterator[None]:
     try:
         yield
-    except (OSError, asyncpg.CannotConnectNowError, asyncpg.ConnectionDoesNotExistError,
-            asyncpg.InterfaceError) as exc:
+    except (
+        OSError,
+        asyncpg.CannotConnectNowError,
+        asyncpg.ConnectionDoesNotExistError,
+        asyncpg.InterfaceError,
+    ) as exc:
         raise DatabaseUnavailable(f"database unavailable: {exc}") from exc

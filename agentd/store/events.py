@@ -22,21 +22,54 @@ async def insert_many(conn: Connection, events: Sequence[NewEvent]) -> None:
         return
     cols: list[list[object]] = [[] for _ in range(13)]
     for e in events:
-        values = (e.loop_id, e.name, e.reason, e.http_method,
-                  redact.text(e.url) if e.url else None, e.status,
-                  redact.scrub(e.request_data), redact.scrub(e.response_data), e.duration,
-                  redact.text(e.log) if e.log else None, e.tool_call_id, e.message_id,
-                  e.inbound_session_id)
+        values = (
+            e.loop_id,
+            e.name,
+            e.reason,
+            e.http_method,
+            redact.text(e.url) if e.url else None,
+            e.status,
+            redact.scrub(e.request_data),
+            redact.scrub(e.response_data),
+            e.duration,
+            redact.text(e.log) if e.log else None,
+            e.tool_call_id,
+            e.message_id,
+            e.inbound_session_id,
+        )
         for col, v in zip(cols, values, strict=True):
             col.append(v)
     await conn.execute(sql("event_insert_many"), *cols)
 
 
-async def list_(conn: Connection, *, loop_id: UUID, after_id: int = 0,
-                limit: int = 100) -> list[Event]:
-    return [Event.from_record(r)
-            for r in await conn.fetch(sql("event_list"), loop_id, after_id, limit)]
+async def list_(
+    conn: Connection, *, loop_id: UUID, after_id: int = 0, limit: int = 100
+) -> list[Event]:
+    return [
+        Event.from_record(r) for r in await conn.fetch(sql("event_list"), loop_id, after_id, limit)
+    ]
 
 
 async def prune(conn: Connection, *, cutoff: datetime, batch: int) -> int:
     return int(await conn.fetchval(sql("event_prune"), cutoff, batch))
+
+
+async def publish(conn: Connection, payload: dict[str, object]) -> None:
+    """Notify live observers at commit (payload trimmed to fit NOTIFY's 8000 bytes)."""
+    import json
+
+    text = json.dumps(payload, default=str)
+    if len(text.encode()) > 7900:
+        slim = dict(payload)
+        for key in ("content", "reasoning", "delta"):
+            if isinstance(slim.get(key), str):
+                slim[key] = str(slim[key])[:2000]
+                slim["truncated"] = True
+        text = json.dumps(slim, default=str)[:7900]
+    await conn.execute(sql("event_publish"), text)
+
+
+async def control(conn: Connection, payload: dict[str, object]) -> None:
+    import json
+
+    await conn.execute(sql("event_control"), json.dumps(payload, default=str))

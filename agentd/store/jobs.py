@@ -30,14 +30,24 @@ class ToolClaim:
     job_id: int
     generation: UUID | None
     tool_call: ToolCall | None  # None: stale or duplicate job, dropped
+    agent: str | None = None
 
 
-async def enqueue(conn: Connection, *, queue: str, kind: str, loop_id: UUID,
-                  generation: UUID | None, tool_call_id: int | None = None,
-                  lease_seconds: float | None = None, delay: float = 0.0,
-                  notify: bool = False) -> int:
-    job_id: int = await conn.fetchval(sql("job_enqueue"), queue, kind, loop_id, tool_call_id,
-                                      generation, lease_seconds, delay)
+async def enqueue(
+    conn: Connection,
+    *,
+    queue: str,
+    kind: str,
+    loop_id: UUID,
+    generation: UUID | None,
+    tool_call_id: int | None = None,
+    lease_seconds: float | None = None,
+    delay: float = 0.0,
+    notify: bool = False,
+) -> int:
+    job_id: int = await conn.fetchval(
+        sql("job_enqueue"), queue, kind, loop_id, tool_call_id, generation, lease_seconds, delay
+    )
     if notify:
         await conn.execute(sql("job_notify"), queue)
     return job_id
@@ -47,8 +57,9 @@ async def notify(conn: Connection, *, queue: str) -> None:
     await conn.execute(sql("job_notify"), queue)
 
 
-async def claim_llm(conn: Connection, *, execution_token: UUID, worker_id: UUID,
-                    default_lease: float) -> LlmClaim | None:
+async def claim_llm(
+    conn: Connection, *, execution_token: UUID, worker_id: UUID, default_lease: float
+) -> LlmClaim | None:
     rec = await conn.fetchrow(sql("job_claim_llm"), execution_token, worker_id, default_lease)
     if rec is None:
         return None
@@ -56,18 +67,25 @@ async def claim_llm(conn: Connection, *, execution_token: UUID, worker_id: UUID,
     return LlmClaim(job_id=rec["job_id"], loop_id=rec["job_loop_id"], loop=loop)
 
 
-async def claim_tool(conn: Connection, *, lease_token: UUID, worker_id: UUID,
-                     default_lease: float) -> ToolClaim | None:
+async def claim_tool(
+    conn: Connection, *, lease_token: UUID, worker_id: UUID, default_lease: float
+) -> ToolClaim | None:
     rec = await conn.fetchrow(sql("job_claim_tool"), lease_token, worker_id, default_lease)
     if rec is None:
         return None
     tc = ToolCall.from_record(rec) if rec["id"] is not None else None
-    return ToolClaim(job_id=rec["job_id"], generation=rec["job_generation"], tool_call=tc)
+    return ToolClaim(
+        job_id=rec["job_id"],
+        generation=rec["job_generation"],
+        tool_call=tc,
+        agent=rec["loop_agent"],
+    )
 
 
 async def depth(conn: Connection) -> dict[str, tuple[int, float]]:
-    return {r["queue"]: (r["depth"], float(r["oldest_age"]))
-            for r in await conn.fetch(sql("job_depth"))}
+    return {
+        r["queue"]: (r["depth"], float(r["oldest_age"])) for r in await conn.fetch(sql("job_depth"))
+    }
 
 
 async def list_for_loop(conn: Connection, *, loop_id: UUID) -> list[dict[str, Any]]:

@@ -22,8 +22,15 @@ def _loop(rec: Any) -> Loop | None:
     return Loop.from_record(rec) if rec is not None else None
 
 
-async def insert(conn: Connection, *, agent: str, subject: str | None, state: dict[str, Any],
-                 execution_token: UUID, title: str | None = None) -> Loop:
+async def insert(
+    conn: Connection,
+    *,
+    agent: str,
+    subject: str | None,
+    state: dict[str, Any],
+    execution_token: UUID,
+    title: str | None = None,
+) -> Loop:
     rec = await conn.fetchrow(sql("loop_insert"), agent, subject, state, execution_token, title)
     return Loop.from_record(rec)
 
@@ -36,39 +43,75 @@ async def get_for_update(conn: Connection, *, loop_id: UUID) -> Loop | None:
     return _loop(await conn.fetchrow(sql("loop_get_for_update"), loop_id))
 
 
-async def list_(conn: Connection, *, status: str | None, agent: str | None,
-                cursor: tuple[datetime, UUID] | None, limit: int) -> list[Loop]:
+async def list_(
+    conn: Connection,
+    *,
+    status: str | None,
+    agent: str | None,
+    cursor: tuple[datetime, UUID] | None,
+    limit: int,
+) -> list[Loop]:
     c_at, c_id = cursor if cursor else (None, None)
     rows = await conn.fetch(sql("loop_list"), status, agent, c_at, c_id, limit)
     return [Loop.from_record(r) for r in rows]
 
 
-async def set_status(conn: Connection, *, loop_id: UUID, status: str,
-                     execution_token: UUID | None, reason: str | None,
-                     error_message: str | None = None) -> Loop:
-    rec = await conn.fetchrow(sql("loop_set_status"), loop_id, status, execution_token, reason,
-                              error_message)
+async def set_status(
+    conn: Connection,
+    *,
+    loop_id: UUID,
+    status: str,
+    execution_token: UUID | None,
+    reason: str | None,
+    error_message: str | None = None,
+) -> Loop:
+    rec = await conn.fetchrow(
+        sql("loop_set_status"), loop_id, status, execution_token, reason, error_message
+    )
     return Loop.from_record(rec)
 
 
-async def set_flags(conn: Connection, *, loop_id: UUID, frozen: bool | None = None,
-                    observed: bool | None = None) -> Loop | None:
+async def set_flags(
+    conn: Connection, *, loop_id: UUID, frozen: bool | None = None, observed: bool | None = None
+) -> Loop | None:
     return _loop(await conn.fetchrow(sql("loop_set_flags"), loop_id, frozen, observed))
 
 
-async def finalize_turn(conn: Connection, *, loop_id: UUID, execution_token: UUID,
-                        completed: bool, tokens: tuple[int, int, int]) -> Loop | None:
-    rec = await conn.fetchrow(sql("loop_finalize_turn"), loop_id, execution_token, completed,
-                              *tokens)
+async def finalize_turn(
+    conn: Connection,
+    *,
+    loop_id: UUID,
+    execution_token: UUID,
+    completed: bool,
+    tokens: tuple[int, int, int],
+) -> Loop | None:
+    rec = await conn.fetchrow(
+        sql("loop_finalize_turn"), loop_id, execution_token, completed, *tokens
+    )
     return _loop(rec)
 
 
-async def fenced_transition(conn: Connection, *, loop_id: UUID, execution_token: UUID,
-                            from_statuses: list[str], status: str, reason: str,
-                            error_message: str | None = None,
-                            new_token: UUID | None = None) -> Loop | None:
-    rec = await conn.fetchrow(sql("loop_fenced_transition"), loop_id, execution_token,
-                              from_statuses, status, reason, error_message, new_token)
+async def fenced_transition(
+    conn: Connection,
+    *,
+    loop_id: UUID,
+    execution_token: UUID,
+    from_statuses: list[str],
+    status: str,
+    reason: str,
+    error_message: str | None = None,
+    new_token: UUID | None = None,
+) -> Loop | None:
+    rec = await conn.fetchrow(
+        sql("loop_fenced_transition"),
+        loop_id,
+        execution_token,
+        from_statuses,
+        status,
+        reason,
+        error_message,
+        new_token,
+    )
     return _loop(rec)
 
 
@@ -94,5 +137,6 @@ async def reap_gate(conn: Connection, *, grace: float, limit: int) -> int:
 
 
 async def count_by_status(conn: Connection) -> list[tuple[str, str, int]]:
-    return [(r["status"], r["agent"], r["n"]) for r in await conn.fetch(
-        sql("loop_count_by_status"))]
+    return [
+        (r["status"], r["agent"], r["n"]) for r in await conn.fetch(sql("loop_count_by_status"))
+    ]

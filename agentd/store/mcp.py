@@ -14,11 +14,18 @@ from agentd.store.models import McpToolRow
 from agentd.store.queries import sql
 
 
-async def upsert_session(conn: Connection, *, loop_id: UUID, mcp_name: str,
-                         session_id: str | None, transport_kind: str,
-                         metadata: dict[str, Any]) -> int:
-    rec = await conn.fetchrow(sql("mcp_session_upsert"), loop_id, mcp_name, session_id,
-                              transport_kind, metadata)
+async def upsert_session(
+    conn: Connection,
+    *,
+    loop_id: UUID,
+    mcp_name: str,
+    session_id: str | None,
+    transport_kind: str,
+    metadata: dict[str, Any],
+) -> int:
+    rec = await conn.fetchrow(
+        sql("mcp_session_upsert"), loop_id, mcp_name, session_id, transport_kind, metadata
+    )
     return int(rec["id"])
 
 
@@ -26,37 +33,54 @@ async def list_sessions(conn: Connection, *, loop_id: UUID) -> list[dict[str, An
     return [dict(r) for r in await conn.fetch(sql("mcp_session_list"), loop_id)]
 
 
-async def set_session_id(conn: Connection, *, loop_id: UUID, mcp_name: str,
-                         session_id: str | None) -> None:
+async def set_session_id(
+    conn: Connection, *, loop_id: UUID, mcp_name: str, session_id: str | None
+) -> None:
     await conn.execute(sql("mcp_session_set_id"), loop_id, mcp_name, session_id)
 
 
 async def replace_tools(conn: Connection, *, loop_id: UUID, tools: list[dict[str, Any]]) -> None:
     await conn.execute(
-        sql("mcp_tool_replace"), loop_id, [t["session_row_id"] for t in tools],
-        [t["name"] for t in tools], [t["remote_name"] for t in tools],
-        [t["description"] for t in tools], [t["input_schema"] for t in tools],
-        [t["requires_approval"] for t in tools])
+        sql("mcp_tool_replace"),
+        loop_id,
+        [t["session_row_id"] for t in tools],
+        [t["name"] for t in tools],
+        [t["remote_name"] for t in tools],
+        [t["description"] for t in tools],
+        [t["input_schema"] for t in tools],
+        [t["requires_approval"] for t in tools],
+    )
 
 
 async def list_tools(conn: Connection, *, loop_id: UUID) -> list[McpToolRow]:
     return [McpToolRow.from_record(r) for r in await conn.fetch(sql("mcp_tool_list"), loop_id)]
 
 
-async def insert_inbound(conn: Connection, *, server_name: str, session_id: str,
-                         principal: str | None, protocol_version: str | None) -> dict[str, Any]:
-    return dict(await conn.fetchrow(sql("mcp_inbound_session_insert"), server_name, session_id,
-                                    principal, protocol_version))
+async def insert_inbound(
+    conn: Connection,
+    *,
+    server_name: str,
+    session_id: str,
+    principal: str | None,
+    protocol_version: str | None,
+) -> dict[str, Any]:
+    return dict(
+        await conn.fetchrow(
+            sql("mcp_inbound_session_insert"), server_name, session_id, principal, protocol_version
+        )
+    )
 
 
-async def touch_inbound(conn: Connection, *, server_name: str,
-                        session_id: str) -> dict[str, Any] | None:
+async def touch_inbound(
+    conn: Connection, *, server_name: str, session_id: str
+) -> dict[str, Any] | None:
     rec = await conn.fetchrow(sql("mcp_inbound_session_touch"), server_name, session_id)
     return dict(rec) if rec else None
 
 
-async def terminate_inbound(conn: Connection, *, server_name: str,
-                            session_id: str) -> dict[str, Any] | None:
+async def terminate_inbound(
+    conn: Connection, *, server_name: str, session_id: str
+) -> dict[str, Any] | None:
     rec = await conn.fetchrow(sql("mcp_inbound_session_terminate"), server_name, session_id)
     return dict(rec) if rec else None
 

@@ -13,7 +13,8 @@ class _Row:
     @classmethod
     def from_record(cls, rec: Any) -> Self:
         names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        return cls(**{k: rec[k] for k in names if k in rec.keys()})  # type: ignore[call-arg]
+        present = set(rec.keys())
+        return cls(**{k: rec[k] for k in names & present})  # type: ignore[call-arg]
 
 
 @dataclass(frozen=True)

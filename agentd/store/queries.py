@@ -47,8 +47,9 @@ def _parse(text: str, source: str) -> dict[str, Query]:
 
 def _load() -> MappingProxyType[str, Query]:
     out: dict[str, Query] = {}
-    for entry in sorted(resources.files("agentd.store").joinpath("sql").iterdir(),
-                        key=lambda e: e.name):
+    for entry in sorted(
+        resources.files("agentd.store").joinpath("sql").iterdir(), key=lambda e: e.name
+    ):
         if entry.name.endswith(".sql"):
             for q in _parse(entry.read_text(), entry.name).values():
                 if q.name in out:

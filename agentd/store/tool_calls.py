@@ -22,13 +22,20 @@ def _tc(rec: Any) -> ToolCall | None:
     return ToolCall.from_record(rec) if rec is not None else None
 
 
-async def insert_many(conn: Connection, *, loop_id: UUID, message_id: int,
-                      calls: list[dict[str, Any]]) -> list[ToolCall]:
+async def insert_many(
+    conn: Connection, *, loop_id: UUID, message_id: int, calls: list[dict[str, Any]]
+) -> list[ToolCall]:
     rows = await conn.fetch(
-        sql("tool_call_insert_many"), loop_id, message_id,
-        [c["position"] for c in calls], [c["provider_call_id"] for c in calls],
-        [c["name"] for c in calls], [c["arguments"] for c in calls],
-        [c["arguments_raw"] for c in calls], [c["metadata"] for c in calls])
+        sql("tool_call_insert_many"),
+        loop_id,
+        message_id,
+        [c["position"] for c in calls],
+        [c["provider_call_id"] for c in calls],
+        [c["name"] for c in calls],
+        [c["arguments"] for c in calls],
+        [c["arguments_raw"] for c in calls],
+        [c["metadata"] for c in calls],
+    )
     return [ToolCall.from_record(r) for r in rows]
 
 
@@ -41,37 +48,71 @@ async def get_for_update(conn: Connection, *, tool_call_id: int) -> ToolCall | N
 
 
 async def list_for_loop(conn: Connection, *, loop_id: UUID) -> list[ToolCall]:
-    return [ToolCall.from_record(r)
-            for r in await conn.fetch(sql("tool_call_list_for_loop"), loop_id)]
+    return [
+        ToolCall.from_record(r) for r in await conn.fetch(sql("tool_call_list_for_loop"), loop_id)
+    ]
 
 
 async def list_unresolved(conn: Connection, *, loop_id: UUID) -> list[ToolCall]:
-    return [ToolCall.from_record(r)
-            for r in await conn.fetch(sql("tool_call_list_unresolved"), loop_id)]
+    return [
+        ToolCall.from_record(r) for r in await conn.fetch(sql("tool_call_list_unresolved"), loop_id)
+    ]
 
 
-async def checkpoint(conn: Connection, *, tool_call_id: int, lease_token: UUID, result: str,
-                     structured: Any, is_success: bool, error_message: str | None,
-                     duration: float | None) -> ToolCall | None:
-    return _tc(await conn.fetchrow(sql("tool_call_checkpoint"), tool_call_id, lease_token,
-                                   result, structured, is_success, error_message, duration))
+async def checkpoint(
+    conn: Connection,
+    *,
+    tool_call_id: int,
+    lease_token: UUID,
+    result: str,
+    structured: Any,
+    is_success: bool,
+    error_message: str | None,
+    duration: float | None,
+) -> ToolCall | None:
+    return _tc(
+        await conn.fetchrow(
+            sql("tool_call_checkpoint"),
+            tool_call_id,
+            lease_token,
+            result,
+            structured,
+            is_success,
+            error_message,
+            duration,
+        )
+    )
 
 
-async def mark_responded(conn: Connection, *, tool_call_id: int, response_message_id: int,
-                         lease_token: UUID) -> ToolCall | None:
-    return _tc(await conn.fetchrow(sql("tool_call_mark_responded"), tool_call_id,
-                                   response_message_id, lease_token))
+async def mark_responded(
+    conn: Connection, *, tool_call_id: int, response_message_id: int, lease_token: UUID
+) -> ToolCall | None:
+    return _tc(
+        await conn.fetchrow(
+            sql("tool_call_mark_responded"), tool_call_id, response_message_id, lease_token
+        )
+    )
 
 
-async def park(conn: Connection, *, tool_call_id: int, lease_token: UUID,
-               deadline: datetime | None) -> ToolCall | None:
+async def park(
+    conn: Connection, *, tool_call_id: int, lease_token: UUID, deadline: datetime | None
+) -> ToolCall | None:
     return _tc(await conn.fetchrow(sql("tool_call_park"), tool_call_id, lease_token, deadline))
 
 
-async def decide(conn: Connection, *, tool_call_id: int, approval_status: str,
-                 decided_by: str | None, reason: str | None) -> ToolCall | None:
-    return _tc(await conn.fetchrow(sql("tool_call_decide"), tool_call_id, approval_status,
-                                   decided_by, reason))
+async def decide(
+    conn: Connection,
+    *,
+    tool_call_id: int,
+    approval_status: str,
+    decided_by: str | None,
+    reason: str | None,
+) -> ToolCall | None:
+    return _tc(
+        await conn.fetchrow(
+            sql("tool_call_decide"), tool_call_id, approval_status, decided_by, reason
+        )
+    )
 
 
 async def revoke_leases(conn: Connection, *, loop_id: UUID) -> None:
@@ -79,16 +120,19 @@ async def revoke_leases(conn: Connection, *, loop_id: UUID) -> None:
 
 
 async def list_pending_approval(conn: Connection, *, loop_id: UUID) -> list[ToolCall]:
-    return [ToolCall.from_record(r)
-            for r in await conn.fetch(sql("tool_call_list_pending_approval"), loop_id)]
+    return [
+        ToolCall.from_record(r)
+        for r in await conn.fetch(sql("tool_call_list_pending_approval"), loop_id)
+    ]
 
 
 async def count_pending_approval(conn: Connection, *, loop_id: UUID) -> int:
     return int(await conn.fetchval(sql("tool_call_count_pending_approval"), loop_id))
 
 
-async def reap_stalled(conn: Connection, *, dead_workers: list[UUID], grace: float,
-                       limit: int) -> list[Any]:
+async def reap_stalled(
+    conn: Connection, *, dead_workers: list[UUID], grace: float, limit: int
+) -> list[Any]:
     return list(await conn.fetch(sql("tool_call_reap_stalled"), dead_workers, grace, limit))
 
 
@@ -98,3 +142,10 @@ async def expire_approvals(conn: Connection, *, limit: int) -> list[Any]:
 
 async def release_leases(conn: Connection, *, ids: list[int], tokens: list[UUID]) -> None:
     await conn.execute(sql("tool_call_release_leases"), ids, tokens)
+
+
+async def renew_leases(
+    conn: Connection, *, ids: list[int], tokens: list[UUID], seconds: list[float]
+) -> set[int]:
+    rows = await conn.fetch(sql("tool_call_lease_renew_many"), ids, tokens, seconds)
+    return {r["id"] for r in rows}

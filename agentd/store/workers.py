@@ -14,8 +14,9 @@ from agentd.db.pool import Connection
 from agentd.store.queries import sql
 
 
-async def register(conn: Connection, *, worker_id: UUID, hostname: str, pid: int,
-                   queues: list[str], version: str) -> None:
+async def register(
+    conn: Connection, *, worker_id: UUID, hostname: str, pid: int, queues: list[str], version: str
+) -> None:
     await conn.execute(sql("worker_register"), worker_id, hostname, pid, queues, version)
 
 

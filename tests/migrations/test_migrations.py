@@ -15,12 +15,14 @@ async def test_migrations_apply_once_and_rerun_changes_nothing(empty_database_ur
         assert [m.version for m in first] == [m.version for m in migrate.load()]
         schema = await conn.fetch(
             "SELECT table_name, column_name FROM information_schema.columns "
-            "WHERE table_schema='public' ORDER BY 1, 2")
+            "WHERE table_schema='public' ORDER BY 1, 2"
+        )
         second = await migrate.apply(conn)
         assert second == []
         assert schema == await conn.fetch(
             "SELECT table_name, column_name FROM information_schema.columns "
-            "WHERE table_schema='public' ORDER BY 1, 2")
+            "WHERE table_schema='public' ORDER BY 1, 2"
+        )
         assert await migrate.is_current(conn)
     finally:
         await conn.close()
@@ -57,8 +59,10 @@ async def test_lease_columns_are_in_no_index(database_url: str) -> None:
     # Heartbeats must stay HOT updates: no index may mention a lease column.
     conn = await asyncpg.connect(database_url)
     try:
-        defs = [r["indexdef"] for r in await conn.fetch(
-            "SELECT indexdef FROM pg_indexes WHERE schemaname = 'public'")]
+        defs = [
+            r["indexdef"]
+            for r in await conn.fetch("SELECT indexdef FROM pg_indexes WHERE schemaname = 'public'")
+        ]
         assert not [d for d in defs if "lease_expires_at" in d or "leased_until" in d]
     finally:
         await conn.close()

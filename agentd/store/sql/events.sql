@@ -21,3 +21,14 @@ WITH d AS (
     RETURNING 1
 )
 SELECT count(*)::bigint FROM d;
+
+-- name: event_publish :exec
+-- Live observers (SSE): a committed message, a status change or a streamed delta; sent at
+-- commit of the caller's transaction. Only for observed loops on the worker's hot path.
+-- $1 payload text (JSON, < 8000 bytes)
+SELECT pg_notify('agentd_stream', $1);
+
+-- name: event_control :exec
+-- Lifecycle (pause/stop/freeze): tells every worker to cancel the loop's in-flight turn.
+-- $1 payload text (JSON)
+SELECT pg_notify('agentd_control', $1);

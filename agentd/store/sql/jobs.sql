@@ -58,7 +58,7 @@ WITH j AS (
            OR NOT EXISTS (SELECT 1 FROM tool_calls p
                           WHERE p.message_id = tc.message_id AND p.position < tc.position
                             AND p.response_message_id IS NULL))
-    RETURNING tc.*
+    RETURNING tc.*, l.agent AS loop_agent
 )
 SELECT j.id AS job_id, j.generation AS job_generation, t.* FROM j LEFT JOIN t ON true;
 

@@ -159,3 +159,12 @@ WITH r AS (
 )
 INSERT INTO jobs (queue, kind, loop_id, tool_call_id, generation)
 SELECT 'tool', 'tool_call', loop_id, id, execution_token FROM u;
+
+-- name: tool_call_lease_renew_many :many
+-- LeaseRenewer each tick: keeps live tool calls from being reclaimed; fence: lease_token.
+-- $1 ids bigint[] · $2 tokens uuid[] · $3 lease_seconds float[]
+UPDATE tool_calls AS tc
+SET leased_until = now() + make_interval(secs => r.secs)
+FROM unnest($1::bigint[], $2::uuid[], $3::float8[]) AS r(id, token, secs)
+WHERE tc.id = r.id AND tc.lease_token = r.token AND tc.response_message_id IS NULL
+RETURNING tc.id;

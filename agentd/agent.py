@@ -1,0 +1,117 @@
+"""`agentd.Agent`: the base class users subclass to define an agent.
+
+Constants are plain class attributes; anything that depends on the loop can be written as
+a property or method instead (the instance has `self.loop`, `self.state`, `self.subject`).
+Hooks that may need I/O (`llm_provider`, `mcp_servers`) may be sync or async.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from uuid import UUID
+
+from agentd.llm.types import Provider
+
+if TYPE_CHECKING:
+    from agentd.pipeline.builder import Builder
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class LoopView:
+    """What an agent may read about its loop."""
+
+    id: UUID | None = None
+    subject: str | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+    step_count: int = 0
+
+
+class Agent:
+    """Base class of every agent. Override what you need.
+
+    ```python
+    class Support(agentd.Agent):
+        system_prompt = "You are a support agent."
+        base_url = "https://api.openai.com"
+        model = "gpt-4o"
+        api_key_env = "OPENAI_API_KEY"
+        mcps = [{"name": "billing", "url": "http://billing:9100/mcp"}]
+    ```
+    """
+
+    name: ClassVar[str] = ""  # set by the registry (entry-point or config name)
+
+    system_prompt: str = ""
+    dialect: str = "open_ai"  # open_ai | anthropic | gemini
+    base_url: str = ""  # an origin; the dialect appends its path
+    model: str = ""
+    model_name: str | None = None  # gemini URL model name, if different
+    api_token: str | None = None
+    api_key_env: str | None = None
+    read_timeout: float | None = None
+    streaming: bool = False
+    mcps: ClassVar[list[Any]] = []
+    llm_params: ClassVar[dict[str, Any]] = {}
+    reasoning_effort: str | None = None
+    max_tokens: int | None = None
+    reasoning_strategies: ClassVar[list[str] | None] = None
+    sequential_tool_calls: bool = False
+    max_steps: int | None = 50
+    max_duration: float | None = None  # seconds for one turn; None = settings default
+    refresh_mcp_tools: bool = True
+    approval_required: ClassVar[list[str]] = []  # advertised tool names that need a person
+    approval_timeout: float | None = None  # seconds; past it the reaper denies as expired
+
+    def __init__(self, loop: LoopView | None = None) -> None:
+        self.loop = loop or LoopView()
+
+    @property
+    def state(self) -> dict[str, Any]:
+        return self.loop.state
+
+    @property
+    def subject(self) -> str | None:
+        return self.loop.subject
+
+    @property
+    def mcp_principal(self) -> Any:
+        """`ctx.principal` for in-process tool calls; the loop's subject by default."""
+        return self.loop.subject
+
+    def llm_provider(self) -> Provider | Awaitable[Provider]:
+        """Where to send this loop's turns. Override for per-loop endpoints or vaults."""
+        token = self.api_token
+        if token is None and self.api_key_env:
+            token = os.environ.get(self.api_key_env)
+        return Provider(
+            base_url=self.base_url,
+            model=self.model,
+            api_token=token,
+            read_timeout=self.read_timeout,
+            model_name=self.model_name,
+        )
+
+    def mcp_servers(self) -> list[Any] | Awaitable[list[Any]]:
+        """This loop's MCP server entries (dicts or McpServerConfig). Defaults to `mcps`."""
+        return list(self.mcps)
+
+    @classmethod
+    def configure_llm_middlewares(cls, builder: Builder) -> None:
+        """Edit this agent's LLM turn pipeline (insert_before/after, replace, delete, use)."""
+
+    @classmethod
+    def configure_tool_middlewares(cls, builder: Builder) -> None:
+        """Edit this agent's tool call pipeline."""
+
+
+async def resolve(value: T | Awaitable[T]) -> T:
+    """Await a hook's value if it is awaitable (hooks may be sync or async)."""
+    if inspect.isawaitable(value):
+        return await value
+    return value

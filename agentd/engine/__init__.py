@@ -1,0 +1,1 @@
+"""The durable loop engine: worker, waker, lease renewer, reaper, janitor, lifecycle."""

@@ -1,0 +1,99 @@
+"""The context objects the LLM and tool pipelines pass down their middlewares."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentd.agent import Agent, LoopView
+from agentd.engine.runtime import Runtime
+from agentd.errors import FenceLost
+from agentd.llm.types import LLMRequest, LLMResponse, Message, ToolSpec
+from agentd.store.models import Loop, McpToolRow, NewEvent, ToolCall
+
+
+@dataclass
+class TurnContext:
+    """One LLM turn. `execution_token` is this turn's generation fence."""
+
+    runtime: Runtime
+    loop: Loop
+    execution_token: uuid.UUID
+    agent: Agent | None = None
+    history: list[Message] = field(default_factory=list)
+    tools: list[McpToolRow] = field(default_factory=list)
+    tool_specs: list[ToolSpec] = field(default_factory=list)
+    request: LLMRequest | None = None
+    response: LLMResponse | None = None
+    shell_message_id: int | None = None
+    events: list[NewEvent] = field(default_factory=list)
+    events_flushed: bool = False
+    finished: bool = False  # a finalizer (or host middleware) committed the turn
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def loop_view(self) -> LoopView:
+        return LoopView(
+            id=self.loop.id,
+            subject=self.loop.subject,
+            state=self.loop.state,
+            step_count=self.loop.step_count,
+        )
+
+    async def complete_loop(self, *, reason: str = "completed_by_host") -> None:
+        """Host-driven completion: finish the loop now, fenced by this turn's token,
+        without another LLM request (step_count is not incremented)."""
+        from agentd.db.pool import transaction
+        from agentd.store import events, loops, messages
+
+        async with transaction(self.runtime.pool) as conn:
+            row = await loops.fenced_transition(
+                conn,
+                loop_id=self.loop.id,
+                execution_token=self.execution_token,
+                from_statuses=["running"],
+                status="completed",
+                reason=reason,
+            )
+            if row is None:
+                raise FenceLost()
+            await messages.fail_shells(conn, loop_id=self.loop.id)
+            await events.insert_many(
+                conn, [NewEvent(name="loop.completed", loop_id=self.loop.id, reason=reason)]
+            )
+            await events.publish(
+                conn,
+                {
+                    "type": "status",
+                    "loop_id": str(self.loop.id),
+                    "status": "completed",
+                    "reason": reason,
+                },
+            )
+        self.finished = True
+
+
+@dataclass
+class ToolContext:
+    """One tool call. Fenced by the tool's `lease_token` and the loop's `generation`."""
+
+    runtime: Runtime
+    tool_call: ToolCall
+    lease_token: uuid.UUID
+    generation: uuid.UUID
+    loop: Loop | None = None
+    agent: Agent | None = None
+    tool: McpToolRow | None = None
+    skip: tuple[str, bool] | None = None
+    events: list[NewEvent] = field(default_factory=list)
+    held: bool = False  # a middleware holds the step (approval); nothing downstream ran
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def skip_execution(self, result: str, success: bool = False) -> None:
+        """Record `result` as this call's outcome without invoking the tool."""
+        self.skip = (result, success)
+
+    @property
+    def sequential(self) -> bool:
+        return bool(self.tool_call.metadata.get("sequential"))

@@ -1,0 +1,72 @@
+"""Enqueueing successors inside the caller's transaction, and waking whoever runs them.
+
+Guarantee: every enqueue happens in the transaction that advances state (invariant 1).
+Never: sends NOTIFY for a queue this process consumes (the local wake is free and NOTIFY
+serializes commits); other queues get a NOTIFY so another process claims at once.
+Called by: pipelines' finalizers, lifecycle, reaper.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+
+from agentd.db.pool import Connection
+from agentd.engine.runtime import Runtime
+from agentd.store import jobs
+from agentd.store.models import ToolCall
+
+
+async def enqueue_llm(
+    conn: Connection,
+    runtime: Runtime | None,
+    *,
+    loop_id: uuid.UUID,
+    generation: uuid.UUID,
+    lease_seconds: float | None,
+    notify: bool = False,
+) -> None:
+    await jobs.enqueue(
+        conn,
+        queue="llm",
+        kind="llm_turn",
+        loop_id=loop_id,
+        generation=generation,
+        lease_seconds=lease_seconds,
+    )
+    if notify or (runtime is not None and "llm" not in runtime.consumes):
+        await jobs.notify(conn, queue="llm")
+
+
+async def enqueue_tools(
+    conn: Connection,
+    runtime: Runtime | None,
+    *,
+    loop_id: uuid.UUID,
+    generation: uuid.UUID,
+    calls: Iterable[ToolCall],
+    lease_seconds: float | None,
+    notify: bool = False,
+) -> int:
+    n = 0
+    for call in calls:
+        await jobs.enqueue(
+            conn,
+            queue="tool",
+            kind="tool_call",
+            loop_id=loop_id,
+            tool_call_id=call.id,
+            generation=generation,
+            lease_seconds=lease_seconds,
+        )
+        n += 1
+    if n and (notify or (runtime is not None and "tool" not in runtime.consumes)):
+        await jobs.notify(conn, queue="tool")
+    return n
+
+
+def wake(runtime: Runtime, *queues: str) -> None:
+    """After commit: let this process's worker claim what it just enqueued."""
+    for q in queues:
+        if q in runtime.consumes:
+            runtime.wake_local(q)

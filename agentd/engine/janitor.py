@@ -1,0 +1,73 @@
+"""Janitor: opt-in retention of events and inbound MCP sessions, in batches.
+
+Guarantee: deletes in batches of `janitor_batch_size` (no long lock); inbound sessions go
+by creation age and take their events with them even when event retention is unset.
+Tolerates: several janitors at once (deletes are idempotent).
+Never: deletes anything when both retentions are unset.
+Called by: engine.service (every `janitor_interval`), `agentd prune`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+
+from agentd import logs
+from agentd.db.pool import DB_ERRORS, Pool, transaction
+from agentd.engine.ticks import Signal, ticks
+from agentd.settings import Settings
+from agentd.store import events, mcp, workers
+
+log = logs.get("agentd.janitor")
+
+
+@dataclass
+class PruneReport:
+    events: int = 0
+    inbound_sessions: int = 0
+
+    def as_log(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class Janitor:
+    def __init__(self, settings: Settings, pool: Pool) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.pruned = Signal()
+
+    async def prune_once(self) -> PruneReport:
+        s = self.settings
+        report = PruneReport()
+        now = datetime.now(UTC)
+        if s.mcp_inbound_session_retention is not None:
+            cutoff = now - s.mcp_inbound_session_retention
+            while True:
+                async with transaction(self.pool) as conn:
+                    n = await mcp.prune_inbound(conn, cutoff=cutoff, batch=s.janitor_batch_size)
+                report.inbound_sessions += n
+                if n < s.janitor_batch_size:
+                    break
+        if s.event_retention is not None:
+            cutoff = now - s.event_retention
+            while True:
+                async with transaction(self.pool) as conn:
+                    n = await events.prune(conn, cutoff=cutoff, batch=s.janitor_batch_size)
+                report.events += n
+                if n < s.janitor_batch_size:
+                    break
+        async with transaction(self.pool) as conn:
+            await workers.record_maintenance(conn, name="janitor", report=report.as_log())
+        return report
+
+    async def run(self, stop: asyncio.Event) -> None:
+        async for _ in ticks(self.settings.janitor_interval, stop, jitter=0.1):
+            try:
+                report = await self.prune_once()
+            except DB_ERRORS as exc:
+                log.warning("janitor.failed", error=str(exc))
+                continue
+            if report.events or report.inbound_sessions:
+                log.info("janitor.pruned", **report.as_log())
+            self.pruned.fire()

@@ -1,0 +1,219 @@
+"""LeaseRenewer: the one heartbeat per process.
+
+Guarantee: every registered LLM lease and tool lease is renewed in one batched statement
+each per tick, on one dedicated connection (outside the pool). A registration the database
+did not renew (token rotated by pause/stop/reaper) has its task cancelled at once and
+writes nothing. A lease is trusted only until `renew_started_at + lease - margin/2`; past
+that with no successful renewal (database unreachable) the turn is cancelled too.
+Registrations older than max_duration + lease_leak_grace are dropped (no immortal leases).
+The same connection holds the worker's registry row, so its backend identity is what the
+Reaper's liveness check looks for.
+Tolerates: database restarts (reconnects with backoff and re-registers).
+Never: renews a lease whose token changed.
+Called by: engine.service (run), worker (register/unregister).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from agentd import __about__, logs
+from agentd.db import pool as dbpool
+from agentd.engine.ticks import Signal, ticks
+from agentd.settings import Settings
+from agentd.store import loops, tool_calls, workers
+
+log = logs.get("agentd.lease_renewer")
+
+
+@dataclass
+class Lease:
+    key: object  # loop uuid, or ("tool", id)
+    token: uuid.UUID
+    seconds: float
+    task: asyncio.Task[object] | None
+    ceiling: float  # monotonic time after which the registration is dropped
+    trusted_until: float
+    lost: bool = False
+    reason: str = ""
+    meta: dict[str, object] = field(default_factory=dict)
+
+
+class LeaseRenewer:
+    def __init__(
+        self,
+        settings: Settings,
+        url: str,
+        *,
+        worker_id: uuid.UUID,
+        hostname: str,
+        queues: list[str],
+    ) -> None:
+        self.settings = settings
+        self.url = url
+        self.worker_id = worker_id
+        self.hostname = hostname
+        self.queues = queues
+        self._llm: dict[uuid.UUID, Lease] = {}
+        self._tools: dict[int, Lease] = {}
+        self._conn: dbpool.Connection | None = None
+        self.renewed = Signal()
+        self.lost_count = 0
+        self.renewal_count = 0
+        self.last_ok: float | None = None
+
+    # --- registrations ------------------------------------------------------------------
+
+    def _new(
+        self,
+        key: object,
+        token: uuid.UUID,
+        seconds: float,
+        max_duration: float,
+        task: asyncio.Task[object] | None,
+    ) -> Lease:
+        now = time.monotonic()
+        return Lease(
+            key=key,
+            token=token,
+            seconds=seconds,
+            task=task,
+            ceiling=now + max_duration + self.settings.lease_leak_grace,
+            trusted_until=now + seconds - self.settings.lease_margin / 2,
+        )
+
+    def register_turn(
+        self,
+        loop_id: uuid.UUID,
+        token: uuid.UUID,
+        seconds: float,
+        max_duration: float,
+        task: asyncio.Task[object] | None,
+    ) -> Lease:
+        lease = self._new(loop_id, token, seconds, max_duration, task)
+        self._llm[loop_id] = lease
+        return lease
+
+    def register_tool(
+        self, tool_call_id: int, token: uuid.UUID, seconds: float, task: asyncio.Task[object] | None
+    ) -> Lease:
+        lease = self._new(
+            ("tool", tool_call_id), token, seconds, self.settings.default_tool_timeout, task
+        )
+        self._tools[tool_call_id] = lease
+        return lease
+
+    def unregister(self, lease: Lease) -> None:
+        if isinstance(lease.key, uuid.UUID):
+            if self._llm.get(lease.key) is lease:
+                del self._llm[lease.key]
+        else:
+            _, tid = lease.key  # type: ignore[misc]
+            if self._tools.get(tid) is lease:
+                del self._tools[tid]
+
+    def in_flight(self) -> tuple[list[Lease], list[Lease]]:
+        return list(self._llm.values()), list(self._tools.values())
+
+    def _lose(self, lease: Lease, reason: str) -> None:
+        lease.lost = True
+        lease.reason = reason
+        self.lost_count += 1
+        self.unregister(lease)
+        if lease.task is not None and not lease.task.done():
+            lease.task.cancel(f"lease lost: {reason}")
+        log.info("lease.lost", key=str(lease.key), reason=reason)
+
+    # --- connection -----------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        self._conn = await dbpool.connect(self.url, application_name="agentd-heartbeat")
+        await workers.register(
+            self._conn,
+            worker_id=self.worker_id,
+            hostname=self.hostname,
+            pid=os.getpid(),
+            queues=self.queues,
+            version=__about__.__version__,
+        )
+
+    async def close(self, *, deregister: bool = True) -> None:
+        if self._conn is not None:
+            if deregister:
+                with contextlib.suppress(Exception):
+                    await workers.delete(self._conn, worker_id=self.worker_id)
+            with contextlib.suppress(Exception):
+                await self._conn.close()
+            self._conn = None
+
+    async def set_stopping(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await workers.set_stopping(self._conn, worker_id=self.worker_id)
+
+    def _trust(self, started: float, lease: Lease) -> float:
+        # Counted from when the renewal started, not when the reply arrived.
+        return started + lease.seconds - self.settings.lease_margin / 2
+
+    # --- the tick ---------------------------------------------------------------------------
+
+    async def renew_once(self) -> None:
+        now = time.monotonic()
+        for lease in [*self._llm.values(), *self._tools.values()]:
+            if now > lease.ceiling:
+                self._lose(lease, "leak_ceiling")
+        started = time.monotonic()
+        try:
+            if self._conn is None or self._conn.is_closed():
+                await self.connect()
+            assert self._conn is not None
+            llm = list(self._llm.values())
+            tools = list(self._tools.values())
+            if llm:
+                kept = await loops.renew_leases(
+                    self._conn,
+                    ids=[x.key for x in llm],  # type: ignore[misc]
+                    tokens=[x.token for x in llm],
+                )
+                for lease in llm:
+                    if lease.key in kept:
+                        lease.trusted_until = self._trust(started, lease)
+                    else:
+                        self._lose(lease, "token_rotated")
+            if tools:
+                ids = [x.key[1] for x in tools]  # type: ignore[index]
+                kept_t = await tool_calls.renew_leases(
+                    self._conn,
+                    ids=ids,
+                    tokens=[x.token for x in tools],
+                    seconds=[x.seconds for x in tools],
+                )
+                for lease, tid in zip(tools, ids, strict=True):
+                    if tid in kept_t:
+                        lease.trusted_until = self._trust(started, lease)
+                    else:
+                        self._lose(lease, "tool_lease_revoked")
+            alive = await workers.heartbeat(self._conn, worker_id=self.worker_id)
+            if not alive:
+                # Declared dead (e.g. a long stall): re-register; our work was reclaimed and
+                # every fence will reject this process's stale writes.
+                await self.connect()
+            self.renewal_count += 1
+            self.last_ok = time.monotonic()
+            self.renewed.fire()
+        except dbpool.DB_ERRORS as exc:
+            log.warning("lease_renewer.failed", error=str(exc))
+            await self.close(deregister=False)
+            now = time.monotonic()
+            for lease in [*self._llm.values(), *self._tools.values()]:
+                if now > lease.trusted_until:
+                    self._lose(lease, "untrusted")
+
+    async def run(self, stop: asyncio.Event) -> None:
+        async for _ in ticks(self.settings.heartbeat_interval, stop, jitter=0.05):
+            await self.renew_once()

@@ -1,0 +1,338 @@
+"""Loop lifecycle: start, continue, pause, resume, stop, freeze, observe, approve/deny.
+
+Guarantee: each transition happens in one transaction under the loop's row lock, enqueues
+what it makes runnable in that transaction, rotates or clears the execution token so a
+stale worker cannot write, and tells workers (NOTIFY) to cancel in-flight work it revokes.
+Tolerates: concurrent calls on the same loop (they serialize on the row lock), a worker
+finishing a turn at the same instant (its fence fails or ours sees the new status).
+Never: holds a connection across anything but SQL.
+Called by: api routes, the CLI, the demo, tests.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from agentd.db.pool import Connection, Pool, transaction
+from agentd.engine import dispatch
+from agentd.engine.states import ACTIVE, RESUMABLE, LoopStatus, TransitionReason
+from agentd.errors import (
+    AlreadyDecided,
+    BadRequest,
+    InvalidTransition,
+    LoopNotFound,
+    ToolCallNotFound,
+)
+from agentd.registry import AgentRegistry
+from agentd.settings import Settings
+from agentd.store import events, jobs, loops, messages, tool_calls
+from agentd.store.models import Loop, NewEvent, ToolCall
+
+DEFAULT_RESUME_FROM = frozenset(
+    {LoopStatus.INIT, LoopStatus.PAUSED, LoopStatus.FAILED, LoopStatus.STOPPED}
+)
+
+
+class Lifecycle:
+    """Transitions a person or a program asks for (the engine's own live in pipelines)."""
+
+    def __init__(self, pool: Pool, registry: AgentRegistry, settings: Settings) -> None:
+        self.pool = pool
+        self.registry = registry
+        self.settings = settings
+
+    # --- helpers ----------------------------------------------------------------------
+
+    def _lease(self, agent: str) -> float:
+        cls = self.registry.get(agent)
+        rt = cls.read_timeout if isinstance(cls.read_timeout, int | float) else None
+        return self.settings.lease_seconds(rt)
+
+    def _sequential(self, agent: str) -> bool:
+        cls = self.registry.get(agent) if agent in self.registry else None
+        return bool(cls and cls.sequential_tool_calls is True)
+
+    async def _locked(self, conn: Connection, loop_id: uuid.UUID) -> Loop:
+        loop = await loops.get_for_update(conn, loop_id=loop_id)
+        if loop is None:
+            raise LoopNotFound(f"no loop {loop_id}")
+        return loop
+
+    async def _record(
+        self, conn: Connection, loop: Loop, name: str, reason: str, log: str | None = None
+    ) -> None:
+        await events.insert_many(
+            conn, [NewEvent(name=name, loop_id=loop.id, reason=reason, log=log)]
+        )
+        await events.publish(
+            conn,
+            {"type": "status", "loop_id": str(loop.id), "status": loop.status, "reason": reason},
+        )
+
+    async def _dispatch(self, conn: Connection, loop: Loop, reason: str) -> Loop:
+        """Make the loop runnable again from where it stopped, with a new generation."""
+        token = uuid.uuid4()
+        unresolved = await tool_calls.list_unresolved(conn, loop_id=loop.id)
+        if unresolved:
+            # Revoke before re-enqueueing, or the claim's lease check would strand them.
+            await tool_calls.revoke_leases(conn, loop_id=loop.id)
+            runnable = [c for c in unresolved if c.approval_status != "pending"]
+            if self._sequential(loop.agent):
+                runnable = [c for c in unresolved[:1] if c.approval_status != "pending"]
+            status = LoopStatus.RUNNING if runnable else LoopStatus.WAITING
+            row = await loops.set_status(
+                conn, loop_id=loop.id, status=status, execution_token=token, reason=reason
+            )
+            await dispatch.enqueue_tools(
+                conn,
+                None,
+                loop_id=loop.id,
+                generation=token,
+                calls=runnable,
+                lease_seconds=None,
+                notify=True,
+            )
+            return row
+        row = await loops.set_status(
+            conn, loop_id=loop.id, status=LoopStatus.QUEUED, execution_token=token, reason=reason
+        )
+        await dispatch.enqueue_llm(
+            conn,
+            None,
+            loop_id=loop.id,
+            generation=token,
+            lease_seconds=self._lease(loop.agent),
+            notify=True,
+        )
+        return row
+
+    async def _cancel_in_flight(self, conn: Connection, loop: Loop, action: str) -> None:
+        await messages.fail_shells(conn, loop_id=loop.id)
+        await jobs.delete_for_loop(conn, loop_id=loop.id)
+        await events.control(conn, {"loop_id": str(loop.id), "action": action})
+
+    # --- transitions --------------------------------------------------------------------
+
+    async def start(
+        self,
+        *,
+        agent: str,
+        message: str,
+        subject: str | None = None,
+        state: dict[str, Any] | None = None,
+        title: str | None = None,
+    ) -> Loop:
+        self.registry.get(agent)  # UnknownAgent before anything is written
+        if not isinstance(message, str) or not message.strip():
+            raise BadRequest("message must be a non-empty string")
+        token = uuid.uuid4()
+        async with transaction(self.pool) as conn:
+            loop = await loops.insert(
+                conn,
+                agent=agent,
+                subject=subject,
+                state=state or {},
+                execution_token=token,
+                title=title,
+            )
+            await messages.insert(conn, loop_id=loop.id, role="user", content=message)
+            await dispatch.enqueue_llm(
+                conn,
+                None,
+                loop_id=loop.id,
+                generation=token,
+                lease_seconds=self._lease(agent),
+                notify=True,
+            )
+            await events.insert_many(
+                conn,
+                [NewEvent(name="loop.started", loop_id=loop.id, reason=TransitionReason.STARTED)],
+            )
+        return loop
+
+    async def append_message(self, loop_id: uuid.UUID, content: str) -> Loop:
+        """Add a user message to a loop at rest and continue it with a new turn."""
+        if not isinstance(content, str) or not content.strip():
+            raise BadRequest("content must be a non-empty string")
+        async with transaction(self.pool) as conn:
+            loop = await self._locked(conn, loop_id)
+            if loop.status in ACTIVE:
+                raise InvalidTransition(
+                    f"loop {loop_id} is {loop.status}; wait for it to finish or pause it first",
+                    current_status=loop.status,
+                )
+            await messages.insert(conn, loop_id=loop.id, role="user", content=content)
+            await tool_calls.revoke_leases(conn, loop_id=loop.id)
+            row = await self._dispatch(conn, loop, TransitionReason.CONTINUED)
+            await self._record(conn, row, "loop.continued", TransitionReason.CONTINUED)
+            return row
+
+    async def pause(
+        self, loop_id: uuid.UUID, *, reason: str = TransitionReason.PAUSED_BY_USER
+    ) -> Loop:
+        async with transaction(self.pool) as conn:
+            loop = await self._locked(conn, loop_id)
+            if loop.status == LoopStatus.PAUSED:
+                return loop
+            if loop.status not in (*ACTIVE, LoopStatus.INIT):
+                raise InvalidTransition(
+                    f"cannot pause a {loop.status} loop", current_status=loop.status
+                )
+            row = await loops.set_status(
+                conn, loop_id=loop.id, status=LoopStatus.PAUSED, execution_token=None, reason=reason
+            )
+            await self._cancel_in_flight(conn, row, "pause")
+            await self._record(conn, row, "loop.paused", reason)
+            return row
+
+    async def stop(self, loop_id: uuid.UUID) -> Loop:
+        async with transaction(self.pool) as conn:
+            loop = await self._locked(conn, loop_id)
+            if loop.status == LoopStatus.STOPPED:
+                return loop
+            if loop.status in (LoopStatus.COMPLETED, LoopStatus.FAILED):
+                raise InvalidTransition(
+                    f"cannot stop a {loop.status} loop", current_status=loop.status
+                )
+            row = await loops.set_status(
+                conn,
+                loop_id=loop.id,
+                status=LoopStatus.STOPPED,
+                execution_token=None,
+                reason=TransitionReason.STOPPED_BY_USER,
+            )
+            await self._cancel_in_flight(conn, row, "stop")
+            await self._record(conn, row, "loop.stopped", TransitionReason.STOPPED_BY_USER)
+            return row
+
+    async def resume(self, loop_id: uuid.UUID, *, from_: Iterable[str] | None = None) -> Loop:
+        allowed = set(DEFAULT_RESUME_FROM if from_ is None else from_)
+        bad = sorted(s for s in allowed if s not in {str(x) for x in RESUMABLE})
+        if bad:
+            raise BadRequest(
+                f"status(es) {bad} can never be resumed; resumable: "
+                f"{sorted(str(s) for s in RESUMABLE)}"
+            )
+        async with transaction(self.pool) as conn:
+            loop = await self._locked(conn, loop_id)
+            if loop.status not in allowed:
+                raise InvalidTransition(
+                    f"loop is {loop.status}; resume allowed from {sorted(allowed)}",
+                    current_status=loop.status,
+                )
+            row = await self._dispatch(conn, loop, TransitionReason.RESUMED)
+            await self._record(conn, row, "loop.resumed", TransitionReason.RESUMED)
+            return row
+
+    async def freeze(self, loop_id: uuid.UUID) -> Loop:
+        async with transaction(self.pool) as conn:
+            await self._locked(conn, loop_id)
+            row = await loops.set_flags(conn, loop_id=loop_id, frozen=True)
+            assert row is not None
+            await self._record(conn, row, "loop.frozen", "frozen_by_user")
+            return row
+
+    async def unfreeze(self, loop_id: uuid.UUID) -> Loop:
+        async with transaction(self.pool) as conn:
+            loop = await self._locked(conn, loop_id)
+            row = await loops.set_flags(conn, loop_id=loop_id, frozen=False)
+            assert row is not None
+            # Work dropped while frozen (a queued turn, or a tool phase with no turn in
+            # flight) is dispatched again; a turn still running keeps its lease.
+            between_turns = loop.status == LoopStatus.QUEUED or (
+                loop.status in (LoopStatus.RUNNING, LoopStatus.WAITING)
+                and loop.lease_expires_at is None
+            )
+            if loop.frozen and between_turns:
+                row = await self._dispatch(conn, row, TransitionReason.UNFROZEN)
+            await self._record(conn, row, "loop.unfrozen", TransitionReason.UNFROZEN)
+            return row
+
+    async def observe(self, loop_id: uuid.UUID, observed: bool = True) -> Loop:
+        async with transaction(self.pool) as conn:
+            row = await loops.set_flags(conn, loop_id=loop_id, observed=observed)
+            if row is None:
+                raise LoopNotFound(f"no loop {loop_id}")
+            return row
+
+    async def decide(
+        self,
+        tool_call_id: int,
+        *,
+        approve: bool,
+        reason: str | None = None,
+        decided_by: str | None = None,
+    ) -> ToolCall:
+        """Approve or deny a parked tool call. Repeating the same decision is harmless."""
+        wanted = "approved" if approve else "denied"
+        async with transaction(self.pool) as conn:
+            peek = await tool_calls.get(conn, tool_call_id=tool_call_id)
+            if peek is None:
+                raise ToolCallNotFound(f"no tool call {tool_call_id}")
+            loop = await self._locked(conn, peek.loop_id)  # loop first: the engine's lock order
+            tc = await tool_calls.get_for_update(conn, tool_call_id=tool_call_id)
+            assert tc is not None
+            if tc.approval_status == wanted:
+                return tc
+            if tc.approval_status != "pending":
+                state = tc.approval_status or (
+                    "not awaiting a decision" if tc.executed_at is None else "already run"
+                )
+                raise AlreadyDecided(
+                    f"tool call {tool_call_id} is {state}", approval_status=tc.approval_status
+                )
+            decided = await tool_calls.decide(
+                conn,
+                tool_call_id=tc.id,
+                approval_status=wanted,
+                decided_by=decided_by,
+                reason=reason,
+            )
+            assert decided is not None
+            if loop.status in (LoopStatus.RUNNING, LoopStatus.WAITING) and loop.execution_token:
+                await dispatch.enqueue_tools(
+                    conn,
+                    None,
+                    loop_id=loop.id,
+                    generation=loop.execution_token,
+                    calls=[decided],
+                    lease_seconds=None,
+                    notify=True,
+                )
+                if (
+                    loop.status == LoopStatus.WAITING
+                    and not await tool_calls.count_pending_approval(conn, loop_id=loop.id)
+                ):
+                    await loops.fenced_transition(
+                        conn,
+                        loop_id=loop.id,
+                        execution_token=loop.execution_token,
+                        from_statuses=["waiting"],
+                        status="running",
+                        reason=TransitionReason.APPROVAL_DECIDED,
+                        new_token=loop.execution_token,
+                    )
+            await events.insert_many(
+                conn,
+                [
+                    NewEvent(
+                        name=f"tool_call.{wanted}",
+                        loop_id=loop.id,
+                        tool_call_id=tc.id,
+                        reason=TransitionReason.APPROVAL_DECIDED,
+                        log=reason,
+                    )
+                ],
+            )
+            await events.publish(
+                conn,
+                {
+                    "type": "approval",
+                    "loop_id": str(loop.id),
+                    "tool_call_id": tc.id,
+                    "decision": wanted,
+                },
+            )
+            return decided

@@ -1,0 +1,139 @@
+"""Reaper: heals every stuck state it can reach, fleet-wide, without a leader.
+
+Cases: (1) running LLM turns whose lease expired, (1b) the liveness fast path — turns and
+tool calls held by a worker whose heartbeat backend is gone (PostgreSQL frees it within
+milliseconds of a kill -9), (2) stalled tool calls and dropped tool enqueues, (3) dropped
+continuations (all calls answered, no next turn), (4) loops queued too long or with no
+job, (5) orphaned `processing` shells, (6) approval deadlines.
+Guarantee: each case is one statement that re-checks its condition under row locks taken
+with SKIP LOCKED, rotates the generation and enqueues in the same transaction, so racing
+reapers resolve to one and a stale worker can never write afterwards.
+Tolerates: any number of reapers at once, including `agentd reap` beside daemons.
+Never: touches paused, frozen or terminal loops, or calls awaiting a person.
+Called by: engine.service (liveness every `liveness_interval`, sweep every
+`reaper_interval`), `agentd reap`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict, dataclass
+
+from agentd import logs
+from agentd.db.pool import DB_ERRORS, Pool, transaction
+from agentd.engine.ticks import Signal, ticks
+from agentd.settings import Settings
+from agentd.store import jobs, loops, messages, tool_calls, workers
+
+log = logs.get("agentd.reaper")
+
+BATCH = 500
+GRACE = 5.0  # seconds a row must sit before "no job" counts as a dropped enqueue
+
+
+@dataclass
+class ReapReport:
+    dead_workers: int = 0
+    expired_turns: int = 0
+    dead_worker_turns: int = 0
+    stalled_tool_calls: int = 0
+    dead_worker_tool_calls: int = 0
+    dropped_continuations: int = 0
+    requeued_loops: int = 0
+    orphaned_shells: int = 0
+    expired_approvals: int = 0
+
+    def __bool__(self) -> bool:
+        return any(asdict(self).values())
+
+    def as_log(self) -> dict[str, int]:
+        return {k: v for k, v in asdict(self).items() if v}
+
+
+class Reaper:
+    def __init__(self, settings: Settings, pool: Pool) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.swept = Signal()
+        self.checked = Signal()
+        self.totals = ReapReport()
+
+    async def liveness_once(self) -> ReapReport:
+        """The fast path: dead workers' work, and leases that already expired."""
+        report = ReapReport()
+        async with transaction(self.pool) as conn:
+            dead = await workers.list_dead(conn, stale_seconds=self._stale_after())
+            expired = await loops.reap_expired(conn, dead_workers=dead, limit=BATCH)
+            for row in expired:
+                if row["status_reason"] == "reaped_worker_dead":
+                    report.dead_worker_turns += 1
+                else:
+                    report.expired_turns += 1
+            stalled = await tool_calls.reap_stalled(
+                conn, dead_workers=dead, grace=GRACE, limit=BATCH
+            )
+            report.stalled_tool_calls = len(stalled)
+            if dead:
+                await workers.delete_many(conn, ids=dead)
+                report.dead_workers = len(dead)
+            if expired:
+                await jobs.notify(conn, queue="llm")
+            if stalled:
+                await jobs.notify(conn, queue="tool")
+        self._add(report)
+        return report
+
+    async def sweep_once(self) -> ReapReport:
+        report = await self.liveness_once()
+        async with transaction(self.pool) as conn:
+            report.dropped_continuations = await loops.reap_gate(conn, grace=GRACE, limit=BATCH)
+            report.requeued_loops = await loops.reap_queued(
+                conn, threshold=self.settings.queued_reap_threshold, grace=GRACE, limit=BATCH
+            )
+            report.orphaned_shells = await messages.reap_orphans(conn, grace=GRACE)
+            report.expired_approvals = len(await tool_calls.expire_approvals(conn, limit=BATCH))
+            if report.dropped_continuations or report.requeued_loops:
+                await jobs.notify(conn, queue="llm")
+            if report.expired_approvals:
+                await jobs.notify(conn, queue="tool")
+            await workers.record_maintenance(conn, name="reaper", report=report.as_log())
+        self._add(report, skip_liveness=True)
+        return report
+
+    def _stale_after(self) -> float:
+        # A worker whose heartbeat row is this old is dead even if its backend lingers
+        # (a frozen host, a pooler hiding the backend).
+        return max(self.settings.heartbeat_interval * 6, self.settings.lease_margin)
+
+    def _add(self, r: ReapReport, *, skip_liveness: bool = False) -> None:
+        for k, v in asdict(r).items():
+            if skip_liveness and k in (
+                "dead_workers",
+                "expired_turns",
+                "dead_worker_turns",
+                "stalled_tool_calls",
+            ):
+                continue
+            setattr(self.totals, k, getattr(self.totals, k) + v)
+
+    async def run_liveness(self, stop: asyncio.Event) -> None:
+        async for _ in ticks(self.settings.liveness_interval, stop, jitter=0.2):
+            try:
+                report = await self.liveness_once()
+            except DB_ERRORS as exc:
+                log.warning("reaper.liveness_failed", error=str(exc))
+                continue
+            if report:
+                log.info("reaper.reclaimed", **report.as_log())
+            self.checked.fire()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        async for _ in ticks(self.settings.reaper_interval, stop, jitter=0.1):
+            try:
+                report = await self.sweep_once()
+            except DB_ERRORS as exc:
+                log.warning("reaper.sweep_failed", error=str(exc))
+                continue
+            if report:
+                log.info("reaper.swept", **report.as_log())
+            self.swept.fire()

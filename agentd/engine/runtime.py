@@ -1,0 +1,41 @@
+"""What a running engine shares with its pipelines: settings, pool, registry, clients."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agentd.db.pool import Pool
+from agentd.registry import AgentRegistry
+from agentd.settings import Settings
+
+if TYPE_CHECKING:
+    from agentd.engine.lease_renewer import LeaseRenewer
+    from agentd.engine.stacks import Stacks
+    from agentd.llm.client import LLMClient
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    pool: Pool
+    registry: AgentRegistry
+    llm: LLMClient
+    stacks: Stacks
+    worker_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    hostname: str = field(default_factory=socket.gethostname)
+    consumes: frozenset[str] = frozenset()
+    renewer: LeaseRenewer | None = None
+    # Called after a commit that enqueued work on a queue this process consumes, so the
+    # successor is claimed at once without a NOTIFY (which would serialize commits).
+    wake_local: Callable[[str], None] = field(default=lambda queue: None)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def tool_lease_seconds(self, mcp_timeouts: list[float] | None = None) -> float:
+        """A tool lease: the slowest configured MCP timeout or the tool ceiling, plus margin."""
+        s = self.settings
+        base = max([s.default_tool_timeout, *(mcp_timeouts or [])])
+        return base + s.lease_margin

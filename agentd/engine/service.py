@@ -1,0 +1,135 @@
+"""Engine: assembles one process's worker, waker, lease renewer, reaper and janitor.
+
+Guarantee: every background service runs in one TaskGroup; if one dies the process stops
+loudly rather than running half a daemon. Shutdown is two-phase: stop claiming, let
+in-flight work finish within the grace period, hand the rest back, then stop the
+heartbeat, listener and maintenance.
+Called by: the CLI (`agentd up`, `agentd worker`), tests, the demo.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from agentd import logs
+from agentd.db.listener import Listener
+from agentd.db.pool import Pool, connection
+from agentd.engine.janitor import Janitor
+from agentd.engine.lease_renewer import LeaseRenewer
+from agentd.engine.lifecycle import Lifecycle
+from agentd.engine.reaper import Reaper
+from agentd.engine.runtime import Runtime
+from agentd.engine.worker import Worker
+from agentd.pipeline.stacks import Stacks
+from agentd.registry import AgentRegistry
+from agentd.settings import QUEUES, Settings
+from agentd.store import workers
+
+log = logs.get("agentd.engine")
+
+
+async def unconsumed_queues(pool: Pool) -> list[str]:
+    """Queues that no live worker in the fleet consumes (work there would stall)."""
+    async with connection(pool) as conn:
+        rows = await workers.list_(conn)
+    consumed = {q for r in rows if not r["stopping"] for q in r["queues"]}
+    return [q for q in QUEUES if q not in consumed]
+
+
+@dataclass
+class Engine:
+    settings: Settings
+    pool: Pool
+    registry: AgentRegistry
+    url: str  # direct URL for the heartbeat and LISTEN connections
+    queues: list[str] = field(default_factory=lambda: list(QUEUES))
+    stacks: Stacks | None = None
+    llm: object | None = None
+
+    def __post_init__(self) -> None:
+        from agentd.llm.client import LLMClient, RetryPolicy
+
+        self.llm_client = self.llm or LLMClient(
+            policy=RetryPolicy.from_settings(self.settings),
+            default_read_timeout=self.settings.default_read_timeout,
+        )
+        self.runtime = Runtime(
+            settings=self.settings,
+            pool=self.pool,
+            registry=self.registry,
+            llm=self.llm_client,
+            stacks=self.stacks or Stacks(),  # type: ignore[arg-type]
+            consumes=frozenset(self.queues),
+        )
+        self.renewer = LeaseRenewer(
+            self.settings,
+            self.url,
+            worker_id=self.runtime.worker_id,
+            hostname=self.runtime.hostname,
+            queues=self.queues,
+        )
+        self.runtime.renewer = self.renewer
+        self.worker = Worker(self.runtime, self.queues)
+        self.runtime.wake_local = self.worker.wake
+        self.listener = Listener(
+            self.url,
+            ["agentd_jobs", "agentd_control"],
+            self._on_notify,
+            on_reconnect=self.worker.wake_all,
+        )
+        self.reaper = Reaper(self.settings, self.pool)
+        self.janitor = Janitor(self.settings, self.pool)
+        self.lifecycle = Lifecycle(self.pool, self.registry, self.settings)
+        self.started = asyncio.Event()
+
+    @property
+    def worker_id(self) -> object:
+        return self.runtime.worker_id
+
+    def _on_notify(self, channel: str, payload: str) -> None:
+        if channel == "agentd_jobs":
+            self.worker.wake(payload)
+        elif channel == "agentd_control":
+            self.worker.on_control(payload)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.renewer.connect()
+        missing = await unconsumed_queues(self.pool)
+        if missing:
+            log.warning(
+                "fleet.queues_unconsumed",
+                queues=missing,
+                hint="start a worker with --queues including these, or their work will wait",
+            )
+        log.info(
+            "engine.started",
+            worker=str(self.runtime.worker_id),
+            queues=self.queues,
+            llm_concurrency=self.settings.llm_concurrency,
+            tool_concurrency=self.settings.tool_concurrency,
+        )
+        services_stop = asyncio.Event()
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self.renewer.run(services_stop), name="lease-renewer")
+                tg.create_task(self.listener.run(services_stop), name="listener")
+                if "maintenance" in self.queues:
+                    tg.create_task(self.reaper.run_liveness(services_stop), name="liveness")
+                    tg.create_task(self.reaper.run(services_stop), name="reaper")
+                    tg.create_task(self.janitor.run(services_stop), name="janitor")
+                self.started.set()
+
+                async def work() -> None:
+                    try:
+                        await self.worker.run(stop)
+                    finally:
+                        await self.renewer.set_stopping()
+                        services_stop.set()
+
+                tg.create_task(work(), name="worker")
+        finally:
+            await self.renewer.close()
+            if self.llm is None:
+                await self.llm_client.aclose()  # type: ignore[attr-defined]
+            log.info("engine.stopped", worker=str(self.runtime.worker_id))

@@ -1,0 +1,276 @@
+"""Worker: claims LLM turns and tool calls and runs them through their pipelines.
+
+Guarantee: never more claims in flight than free slots per queue; a claimed turn's lease
+is registered with the LeaseRenewer before any work; on shutdown, claiming stops, in-flight
+work gets `shutdown_grace` to finish, the rest is cancelled and its leases released (with
+fresh jobs) so another worker resumes it at once.
+Tolerates: stale and duplicate jobs (the claim drops them), lost leases (the turn's task is
+cancelled and writes nothing), database outages (claim loops back off and retry).
+Never: holds a pooled connection while a turn waits on the network.
+Called by: engine.service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from typing import Any
+
+from agentd import logs
+from agentd.db.pool import DB_ERRORS, connection
+from agentd.engine.context import ToolContext, TurnContext
+from agentd.engine.lease_renewer import Lease
+from agentd.engine.runtime import Runtime
+from agentd.engine.ticks import Signal
+from agentd.store import jobs, loops, tool_calls
+from agentd.store.models import Loop
+
+log = logs.get("agentd.worker")
+
+
+class Worker:
+    def __init__(self, runtime: Runtime, queues: list[str]) -> None:
+        self.runtime = runtime
+        self.queues = [q for q in queues if q in ("llm", "tool")]
+        s = runtime.settings
+        self.limits = {"llm": s.llm_concurrency, "tool": s.tool_concurrency}
+        self.busy = {"llm": 0, "tool": 0}
+        self.wakes = {q: asyncio.Event() for q in ("llm", "tool")}
+        self.tasks: dict[asyncio.Task[None], dict[str, Any]] = {}
+        self.turn_done = Signal()
+        self.tool_done = Signal()
+        self.claimed = Signal()
+
+    # --- waking and control -------------------------------------------------------------
+
+    def wake(self, queue: str) -> None:
+        ev = self.wakes.get(queue)
+        if ev is not None:
+            ev.set()
+
+    def wake_all(self) -> None:
+        for ev in self.wakes.values():
+            ev.set()
+
+    def on_control(self, payload: str) -> None:
+        """Pause/stop/freeze elsewhere: cancel this loop's in-flight work here, now."""
+        try:
+            data = json.loads(payload)
+            loop_id = uuid.UUID(data["loop_id"])
+        except (ValueError, KeyError, TypeError):
+            return
+        for task, info in list(self.tasks.items()):
+            if info.get("loop_id") == loop_id and not task.done():
+                info["cancelled_by"] = data.get("action", "control")
+                task.cancel(f"loop {data.get('action')}")
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.tasks)
+
+    # --- claiming -------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        async with asyncio.TaskGroup() as tg:
+            for q in self.queues:
+                tg.create_task(self._claim_loop(q, stop), name=f"claim-{q}")
+        await self.drain()
+
+    async def _wait(self, queue: str, stop: asyncio.Event, at_most: float) -> None:
+        ev = self.wakes[queue]
+        waiters = {asyncio.ensure_future(ev.wait()), asyncio.ensure_future(stop.wait())}
+        try:
+            await asyncio.wait(waiters, timeout=at_most, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+        ev.clear()
+
+    async def _claim_loop(self, queue: str, stop: asyncio.Event) -> None:
+        backoff = 0.1
+        poll = self.runtime.settings.poll_interval
+        while not stop.is_set():
+            if self.busy[queue] >= self.limits[queue]:
+                await self._wait(queue, stop, poll)
+                continue
+            try:
+                got = await (self._claim_llm() if queue == "llm" else self._claim_tool())
+                backoff = 0.1
+            except DB_ERRORS as exc:
+                log.warning("worker.claim_failed", queue=queue, error=str(exc), retry_in=backoff)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            if got is None:
+                await self._wait(queue, stop, poll)
+
+    async def _claim_llm(self) -> bool | None:
+        rt = self.runtime
+        token = uuid.uuid4()
+        default = rt.settings.lease_seconds(None)
+        async with connection(rt.pool) as conn:
+            claim = await jobs.claim_llm(
+                conn, execution_token=token, worker_id=rt.worker_id, default_lease=default
+            )
+        if claim is None:
+            return None
+        if claim.loop is None:
+            log.debug("turn.stale_job_dropped", job_id=claim.job_id, loop_id=str(claim.loop_id))
+            return True
+        self._spawn("llm", claim.loop.id, self._run_turn(claim.loop), job_id=claim.job_id)
+        return True
+
+    async def _claim_tool(self) -> bool | None:
+        rt = self.runtime
+        token = uuid.uuid4()
+        async with connection(rt.pool) as conn:
+            claim = await jobs.claim_tool(
+                conn,
+                lease_token=token,
+                worker_id=rt.worker_id,
+                default_lease=rt.tool_lease_seconds(),
+            )
+        if claim is None:
+            return None
+        if claim.tool_call is None or claim.generation is None:
+            log.debug("tool_call.stale_job_dropped", job_id=claim.job_id)
+            return True
+        tc = claim.tool_call
+        self._spawn(
+            "tool",
+            tc.loop_id,
+            self._run_tool(tc, token, claim.generation, claim.agent),
+            job_id=claim.job_id,
+            tool_call_id=tc.id,
+        )
+        return True
+
+    def _spawn(self, queue: str, loop_id: uuid.UUID, coro: Any, **info: Any) -> None:
+        self.busy[queue] += 1
+        task = asyncio.get_running_loop().create_task(coro, name=f"{queue}-{loop_id}")
+        self.tasks[task] = {"queue": queue, "loop_id": loop_id, **info}
+        self.claimed.fire()
+
+        def done(t: asyncio.Task[None]) -> None:
+            self.tasks.pop(t, None)
+            self.busy[queue] -= 1
+            self.wake(queue)
+
+        task.add_done_callback(done)
+
+    # --- running ----------------------------------------------------------------------------
+
+    async def _run_turn(self, loop: Loop) -> None:
+        rt = self.runtime
+        assert loop.execution_token is not None
+        token = loop.execution_token
+        bound = logs.get("agentd.turn").bind(loop_id=str(loop.id), worker=str(rt.worker_id))
+        agent_cls = rt.registry.get(loop.agent) if loop.agent in rt.registry else None
+        max_duration = (
+            agent_cls.max_duration if agent_cls else None
+        ) or rt.settings.default_max_duration
+        lease: Lease | None = None
+        task = asyncio.current_task()
+        if rt.renewer is not None:
+            lease = rt.renewer.register_turn(
+                loop.id, token, loop.lease_seconds or 660.0, float(max_duration), task
+            )  # type: ignore[arg-type]
+        started = time.monotonic()
+        bound.debug("turn.claimed", step=loop.step_count)
+        ctx = TurnContext(runtime=rt, loop=loop, execution_token=token)
+        try:
+            await rt.stacks.llm(agent_cls)(ctx)
+            bound.debug("turn.done", seconds=round(time.monotonic() - started, 3))
+        except asyncio.CancelledError:
+            why = (
+                lease.reason
+                if lease and lease.lost
+                else self.tasks.get(task, {}).get("cancelled_by", "shutdown")
+            )  # type: ignore[arg-type]
+            bound.info("turn.cancelled", reason=why)
+            if why == "shutdown":
+                raise
+        except Exception:
+            bound.exception("turn.crashed")
+        finally:
+            if lease is not None and rt.renewer is not None:
+                rt.renewer.unregister(lease)
+            self.turn_done.fire()
+
+    async def _run_tool(
+        self, tc: Any, lease_token: uuid.UUID, generation: uuid.UUID, agent: str | None
+    ) -> None:
+        rt = self.runtime
+        bound = logs.get("agentd.tool_call").bind(
+            loop_id=str(tc.loop_id), tool_call_id=tc.id, worker=str(rt.worker_id)
+        )
+        agent_cls = rt.registry.get(agent) if agent and agent in rt.registry else None
+        lease: Lease | None = None
+        task = asyncio.current_task()
+        if rt.renewer is not None:
+            lease = rt.renewer.register_tool(tc.id, lease_token, rt.tool_lease_seconds(), task)  # type: ignore[arg-type]
+        ctx = ToolContext(runtime=rt, tool_call=tc, lease_token=lease_token, generation=generation)
+        try:
+            await rt.stacks.tool(agent_cls)(ctx)
+        except asyncio.CancelledError:
+            why = (
+                lease.reason
+                if lease and lease.lost
+                else self.tasks.get(task, {}).get("cancelled_by", "shutdown")
+            )  # type: ignore[arg-type]
+            bound.info("tool_call.cancelled", reason=why)
+            if why == "shutdown":
+                raise
+        except Exception:
+            bound.exception("tool_call.crashed")
+        finally:
+            if lease is not None and rt.renewer is not None:
+                rt.renewer.unregister(lease)
+            self.tool_done.fire()
+
+    # --- shutdown -----------------------------------------------------------------------------
+
+    async def drain(self) -> None:
+        """Phase two of shutdown: wait the grace period, then cancel and hand work back."""
+        grace = self.runtime.settings.shutdown_grace
+        pending = set(self.tasks)
+        if pending:
+            log.info("worker.draining", in_flight=len(pending), grace=grace)
+            _, pending = await asyncio.wait(pending, timeout=grace)
+        if not pending:
+            return
+        turns: list[tuple[uuid.UUID, uuid.UUID]] = []
+        tools: list[tuple[int, uuid.UUID]] = []
+        if self.runtime.renewer is not None:
+            llm_leases, tool_leases = self.runtime.renewer.in_flight()
+            turns = [(x.key, x.token) for x in llm_leases]  # type: ignore[misc]
+            tools = [(x.key[1], x.token) for x in tool_leases]  # type: ignore[index]
+        for t in pending:
+            t.cancel("shutdown")
+        await asyncio.wait(pending, timeout=5)
+        await self.release(turns, tools)
+
+    async def release(
+        self, turns: list[tuple[uuid.UUID, uuid.UUID]], tools: list[tuple[int, uuid.UUID]]
+    ) -> None:
+        if not turns and not tools:
+            return
+        try:
+            async with connection(self.runtime.pool) as conn, conn.transaction():
+                if turns:
+                    await loops.release_leases(
+                        conn, ids=[t[0] for t in turns], tokens=[t[1] for t in turns]
+                    )
+                if tools:
+                    await tool_calls.release_leases(
+                        conn, ids=[t[0] for t in tools], tokens=[t[1] for t in tools]
+                    )
+                await jobs.notify(conn, queue="llm")
+                await jobs.notify(conn, queue="tool")
+            log.info("worker.released", turns=len(turns), tool_calls=len(tools))
+        except DB_ERRORS as exc:
+            log.warning("worker.release_failed", error=str(exc))

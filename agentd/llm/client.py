@@ -1,0 +1,239 @@
+"""LLMClient: one HTTP call to a model, with retries, streaming and a redacted wire log.
+
+`read_timeout` is an inactivity timeout (httpx's read timeout is per socket read, so every
+chunk resets it); `request.max_duration` caps the whole call, retries and backoff included.
+Backoff is a plain `asyncio.sleep` here, so cancelling the task (pause/stop) ends it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import structlog
+
+from agentd import redact
+from agentd.errors import LLMError, LLMStatusError, LLMTimeout
+from agentd.llm import merge, retry, sse, transport
+from agentd.llm.dialects import get_dialect
+from agentd.llm.dialects.base import Dialect, load_json
+from agentd.llm.types import LLMRequest, LLMResponse, OnDelta, StreamDelta, WireExchange
+
+log = structlog.get_logger("agentd.llm")
+
+RetryPolicy = retry.RetryPolicy
+MAX_LOGGED_BODY = 64 * 1024  # response bytes kept per exchange
+
+
+@dataclass
+class _Call:
+    """State shared by the attempts of one `complete` call."""
+
+    dialect: Dialect
+    url: str
+    headers: dict[str, str]
+    payload: dict[str, Any]
+    stream: bool
+    timeout: httpx.Timeout
+    on_delta: OnDelta | None
+    secrets: list[str]
+    logged_body: Any
+    exchanges: list[WireExchange] = field(default_factory=list)
+    handed_over: bool = False  # latched at the first delta given to on_delta
+
+
+class _Capture:
+    """Keeps the first MAX_LOGGED_BODY bytes of a body for the wire log."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.truncated = False
+
+    def add(self, chunk: bytes) -> None:
+        room = MAX_LOGGED_BODY - self.size
+        if room <= 0:
+            self.truncated = self.truncated or bool(chunk)
+            return
+        self.parts.append(chunk[:room])
+        self.size += min(room, len(chunk))
+        self.truncated = self.truncated or len(chunk) > room
+
+    def text(self) -> str:
+        body = b"".join(self.parts).decode("utf-8", errors="replace")
+        return body + ("\n…[truncated]" if self.truncated else "")
+
+
+def _mask(value: Any, secrets: list[str]) -> Any:
+    """Mask literal secrets anywhere in a JSON-like value (after the pattern-based redaction)."""
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, redact.MASK)
+        return redact.text(value)
+    if isinstance(value, dict):
+        return {k: _mask(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask(v, secrets) for v in value]
+    return value
+
+
+class LLMClient:
+    def __init__(
+        self,
+        *,
+        policy: RetryPolicy | None = None,
+        default_read_timeout: float = 600.0,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.policy = policy or RetryPolicy()
+        self.default_read_timeout = default_read_timeout
+        self._owns_http = http is None
+        # One pool per process; hundreds of turns may stream at once.
+        self._http = http or httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
+            timeout=httpx.Timeout(default_read_timeout, connect=10.0),
+        )
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def complete(
+        self,
+        request: LLMRequest,
+        *,
+        dialect: str = "open_ai",
+        on_delta: OnDelta | None = None,
+    ) -> LLMResponse:
+        """Send `request`; every LLMError raised carries `.exchanges` (all attempts so far)."""
+        d = get_dialect(dialect)
+        provider = request.provider
+        rendered = d.render(request)
+        payload = merge.deep_merge(rendered.payload, request.llm_params)
+        stream = d.is_stream(request, payload)
+        read_timeout = provider.read_timeout or self.default_read_timeout
+        secrets = [s for s in (provider.api_token,) if s]
+        call = _Call(
+            dialect=d,
+            url=d.url(provider, stream=stream),
+            headers={"content-type": "application/json", **d.headers(provider), **provider.headers},
+            payload=payload,
+            stream=stream,
+            timeout=httpx.Timeout(
+                connect=provider.connect_timeout,
+                read=read_timeout,
+                write=read_timeout,
+                pool=read_timeout,
+            ),
+            on_delta=on_delta,
+            secrets=secrets,
+            logged_body=_mask(redact.scrub(payload), secrets),
+        )
+        deadline = asyncio.timeout(request.max_duration)
+        try:
+            async with deadline:
+                response = await self._attempts(call)
+        except TimeoutError as exc:
+            if not deadline.expired():
+                raise
+            err = LLMTimeout(f"LLM call exceeded max_duration of {request.max_duration}s")
+            err.exchanges = call.exchanges  # type: ignore[attr-defined]
+            raise err from exc
+        except LLMError as err:
+            err.exchanges = call.exchanges  # type: ignore[attr-defined]
+            raise
+        response.metadata["reasoning_carried"] = rendered.reasoning_carried
+        response.exchanges = call.exchanges
+        return response
+
+    async def _attempts(self, call: _Call) -> LLMResponse:
+        attempt = 0
+        while True:
+            attempt += 1
+            exchange = WireExchange(
+                attempt=attempt,
+                method="POST",
+                url=_mask(call.url, call.secrets),
+                request_headers=_mask(redact.headers(call.headers), call.secrets),
+                request_body=call.logged_body,
+            )
+            call.exchanges.append(exchange)
+            started = time.monotonic()
+            try:
+                response = await self._send(call, exchange, started)
+            except LLMError as err:
+                exchange.duration = time.monotonic() - started
+                exchange.error = _mask(f"{type(err).__name__}: {err.message}", call.secrets)
+                decision = retry.decide(
+                    attempt, exc=err, handed_over=call.handed_over, policy=self.policy
+                )
+                if decision is None:
+                    raise
+                exchange.retry_delay = decision.delay
+                log.warning(
+                    "llm.retry",
+                    attempt=attempt,
+                    delay=decision.delay,
+                    reason=decision.reason,
+                    url=exchange.url,
+                )
+                await asyncio.sleep(decision.delay)  # cancellation interrupts it at once
+                continue
+            except BaseException as exc:  # cancelled (pause/stop, max_duration)
+                exchange.duration = time.monotonic() - started
+                exchange.error = f"{type(exc).__name__}"
+                raise
+            exchange.duration = time.monotonic() - started
+            response.duration = exchange.duration
+            return response
+
+    async def _send(self, call: _Call, exchange: WireExchange, started: float) -> LLMResponse:
+        capture = _Capture()
+        ttft: float | None = None
+        try:
+            with transport.map_transport_errors():
+                async with self._http.stream(
+                    "POST", call.url, json=call.payload, headers=call.headers, timeout=call.timeout
+                ) as r:
+                    exchange.status = r.status_code
+                    exchange.response_headers = _mask(redact.headers(r.headers), call.secrets)
+                    if r.status_code >= 400:
+                        async for chunk in r.aiter_bytes():
+                            capture.add(chunk)
+                        raise LLMStatusError(
+                            status_code=r.status_code,
+                            retry_after=retry.parse_retry_after(r.headers.get("retry-after")),
+                            body=_mask(capture.text(), call.secrets),
+                        )
+                    if not call.stream:
+                        raw = await r.aread()
+                        capture.add(raw)
+                        response = call.dialect.parse(load_json(raw, "response body"))
+                    else:
+                        parser = call.dialect.stream_parser()
+                        decoder = sse.SSEDecoder()
+                        async for chunk in r.aiter_bytes():
+                            capture.add(chunk)
+                            for event in decoder.feed(chunk):
+                                deltas = parser.feed(event)
+                                if deltas and ttft is None:
+                                    ttft = time.monotonic() - started
+                                await self._hand_over(call, deltas)
+                        for event in decoder.flush():
+                            await self._hand_over(call, parser.feed(event))
+                        response = parser.finish()
+        finally:
+            exchange.response_body = _mask(capture.text(), call.secrets)
+        response.ttft = ttft
+        return response
+
+    @staticmethod
+    async def _hand_over(call: _Call, deltas: list[StreamDelta]) -> None:
+        if call.on_delta is None:
+            return
+        for delta in deltas:
+            call.handed_over = True  # from here on a re-send would duplicate content
+            await call.on_delta(delta)

@@ -1,0 +1,345 @@
+"""`McpClient`: builds MCP envelopes for one server and delegates I/O to its transport."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentd.errors import McpError, McpSessionInvalid
+from agentd.mcp import eras, jsonrpc
+from agentd.mcp.config import McpServerConfig
+from agentd.mcp.port import (
+    IDEMPOTENCY_META_KEY,
+    CallContext,
+    DeliveryResult,
+    Transport,
+    idempotency_key,
+)
+from agentd.mcp.toolset import REQUIRES_APPROVAL_META_KEY
+from agentd.mcp.transports import transport_for
+
+PREFIX_SEPARATOR = "__"
+STATELESS_PREFIX = "stateless-"  # marks a session id agentd made up; never sent on the wire
+_MAX_PAGES = 50
+
+
+@dataclass
+class Exchange:
+    """One request/response on the wire, as the engine records it in an event."""
+
+    server: str
+    method: str
+    raw_request: str
+    raw_response: str
+    status: int | None
+    stderr: str | None
+    duration: float
+    session_id: str | None = None
+    request_headers: dict[str, str] = field(default_factory=dict)
+    response_headers: dict[str, str] = field(default_factory=dict)
+    error: str | None = None  # set when the transport raised
+
+    def as_event(self) -> dict[str, Any]:
+        return {
+            "server": self.server, "method": self.method, "status": self.status,
+            "duration": self.duration, "session_id": self.session_id,
+            "raw_request": self.raw_request, "raw_response": self.raw_response,
+            "stderr": self.stderr, "request_headers": self.request_headers,
+            "response_headers": self.response_headers, "error": self.error,
+        }  # fmt: skip
+
+
+@dataclass
+class McpTool:
+    name: str  # as advertised to the model (prefixed)
+    remote_name: str
+    server: str
+    description: str
+    input_schema: dict[str, Any]
+    requires_approval: bool = False
+
+
+@dataclass
+class SessionInfo:
+    session_id: str
+    metadata: dict[str, Any]
+    exchanges: list[Exchange]
+    stateless: bool = False
+
+
+@dataclass
+class ToolOutcome:
+    text: str
+    structured: Any
+    is_error: bool
+    session_id: str
+    exchanges: list[Exchange]
+    content: list[dict[str, Any]] = field(default_factory=list)
+    error_code: int | None = None  # set for a JSON-RPC (protocol) error answer
+
+
+def is_synthetic(session_id: str | None) -> bool:
+    return session_id is None or session_id.startswith(STATELESS_PREFIX)
+
+
+class McpClient:
+    def __init__(self, config: McpServerConfig, transport: Transport | None = None) -> None:
+        self.config = config
+        self.transport = transport if transport is not None else transport_for(config)
+
+    @property
+    def transport_kind(self) -> str:
+        return str(getattr(self.transport, "kind", "custom"))
+
+    # -- session -----------------------------------------------------------------------
+
+    async def initialize(self, context: CallContext | None = None) -> SessionInfo:
+        exchanges: list[Exchange] = []
+        params = {
+            "protocolVersion": eras.LATEST_HANDSHAKE_VERSION,
+            "capabilities": {},
+            "clientInfo": eras.CLIENT_INFO,
+        }
+        result, delivery = await self._request("initialize", params, None, context, exchanges)
+        real = delivery.session_id
+        await self._deliver(
+            jsonrpc.notification("notifications/initialized"), real, context, exchanges
+        )
+        session_id = real or f"{STATELESS_PREFIX}{uuid.uuid4().hex}"
+        capabilities = result.get("capabilities") or {}
+        metadata: dict[str, Any] = {
+            "capabilities": capabilities,
+            "serverInfo": result.get("serverInfo") or {},
+            "protocolVersion": result.get("protocolVersion"),
+        }
+        if result.get("instructions"):
+            metadata["instructions"] = result["instructions"]
+        # Best-effort discovery: a broken prompts/resources endpoint must not take tools down.
+        for capability, method, key in (
+            ("prompts", "prompts/list", "prompts"),
+            ("resources", "resources/list", "resources"),
+        ):
+            if capability in capabilities:
+                try:
+                    listed, _ = await self._request(method, {}, session_id, context, exchanges)
+                    metadata[key] = listed.get(key, [])
+                except McpError as exc:
+                    metadata[f"{key}_error"] = exc.message
+        return SessionInfo(session_id, metadata, exchanges, stateless=real is None)
+
+    # -- tools -------------------------------------------------------------------------
+
+    async def list_tools(
+        self, session_id: str | None, context: CallContext | None = None
+    ) -> tuple[list[McpTool], list[Exchange]]:
+        exchanges: list[Exchange] = []
+        remote: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(_MAX_PAGES):
+            params = {"cursor": cursor} if cursor else {}
+            result, _delivery = await self._request(
+                "tools/list", params, session_id, context, exchanges
+            )
+            remote.extend(
+                t for t in result.get("tools") or [] if isinstance(t, dict) and "name" in t
+            )
+            cursor = result.get("nextCursor")
+            if not cursor:
+                break
+        names = {t["name"] for t in remote}
+        missing = [n for n in self.config.required_tools if n not in names]
+        if missing:
+            raise McpError(
+                f"MCP server {self.config.name!r} does not offer required tool(s): "
+                f"{', '.join(missing)}"
+            )
+        allowed = set(self.config.tools) if self.config.tools is not None else None
+        tools = [self._tool(t) for t in remote if allowed is None or t["name"] in allowed]
+        return tools, exchanges
+
+    def advertised_name(self, remote_name: str) -> str:
+        return (
+            f"{self.config.prefix}{PREFIX_SEPARATOR}{remote_name}"
+            if self.config.prefix
+            else remote_name
+        )
+
+    def _tool(self, spec: dict[str, Any]) -> McpTool:
+        meta = spec.get("_meta") or {}
+        return McpTool(
+            name=self.advertised_name(spec["name"]),
+            remote_name=spec["name"],
+            server=self.config.name,
+            description=spec.get("description") or "",
+            input_schema=spec.get("inputSchema") or {"type": "object", "properties": {}},
+            requires_approval=bool(meta.get(REQUIRES_APPROVAL_META_KEY))
+            if isinstance(meta, dict)
+            else False,
+        )
+
+    async def call_tool(
+        self,
+        remote_name: str,
+        arguments: dict[str, Any] | None,
+        *,
+        session_id: str,
+        context: CallContext | None = None,
+    ) -> ToolOutcome:
+        exchanges: list[Exchange] = []
+        params: dict[str, Any] = {"name": remote_name, "arguments": arguments or {}}
+        key = _idempotency_key_of(context)
+        if key:
+            params["_meta"] = {IDEMPOTENCY_META_KEY: key}
+        payload = jsonrpc.request("tools/call", params)
+        try:
+            delivery = await self._deliver(payload, session_id, context, exchanges)
+        except McpSessionInvalid:
+            if self.config.session_recovery == "fail":
+                raise
+            session = await self.initialize(context)
+            exchanges.extend(session.exchanges)
+            session_id = session.session_id
+            delivery = await self._deliver(
+                jsonrpc.request("tools/call", params), session_id, context, exchanges
+            )
+        return _outcome(delivery.body, session_id, exchanges)
+
+    # -- prompts & resources -------------------------------------------------------------
+
+    async def list_prompts(
+        self, session_id: str, context: CallContext | None = None
+    ) -> list[dict[str, Any]]:
+        result, _ = await self._request("prompts/list", {}, session_id, context, [])
+        return list(result.get("prompts") or [])
+
+    async def get_prompt(
+        self,
+        session_id: str,
+        name: str,
+        arguments: dict[str, str] | None = None,
+        context: CallContext | None = None,
+    ) -> dict[str, Any]:
+        result, _ = await self._request(
+            "prompts/get", {"name": name, "arguments": arguments or {}}, session_id, context, []
+        )
+        return result
+
+    async def list_resources(
+        self, session_id: str, context: CallContext | None = None
+    ) -> list[dict[str, Any]]:
+        result, _ = await self._request("resources/list", {}, session_id, context, [])
+        return list(result.get("resources") or [])
+
+    async def read_resource(
+        self, session_id: str, uri: str, context: CallContext | None = None
+    ) -> dict[str, Any]:
+        result, _ = await self._request("resources/read", {"uri": uri}, session_id, context, [])
+        return result
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    async def _request(
+        self,
+        method: str,
+        params: dict[str, Any],
+        session_id: str | None,
+        context: CallContext | None,
+        exchanges: list[Exchange],
+    ) -> tuple[dict[str, Any], DeliveryResult]:
+        delivery = await self._deliver(
+            jsonrpc.request(method, params), session_id, context, exchanges
+        )
+        body = delivery.body
+        if (err := jsonrpc.error_of(body)) is not None:
+            raise McpError(
+                f"MCP server {self.config.name!r} answered {method} with "
+                f"{jsonrpc.describe_error(err)}"
+            )
+        result = body.get("result") if body else None
+        if not isinstance(result, dict):
+            raise McpError(
+                f"MCP server {self.config.name!r} answered {method} without a result object"
+            )
+        return result, delivery
+
+    async def _deliver(
+        self,
+        payload: dict[str, Any],
+        session_id: str | None,
+        context: CallContext | None,
+        exchanges: list[Exchange],
+    ) -> DeliveryResult:
+        wire_session = None if is_synthetic(session_id) else session_id
+        method = str(payload.get("method"))
+        started = time.monotonic()
+        try:
+            delivery = await self.transport.deliver(
+                payload, session_id=wire_session, context=context
+            )
+        except Exception as exc:
+            exchanges.append(
+                Exchange(
+                    server=self.config.name, method=method, raw_request=jsonrpc.dumps(payload),
+                    raw_response="", status=None, stderr=None, duration=time.monotonic() - started,
+                    session_id=session_id, error=str(exc) or type(exc).__name__,
+                )
+            )  # fmt: skip
+            raise
+        exchanges.append(
+            Exchange(
+                server=self.config.name, method=method, raw_request=delivery.raw_request,
+                raw_response=delivery.raw_response, status=delivery.status, stderr=delivery.stderr,
+                duration=delivery.duration or time.monotonic() - started, session_id=session_id,
+                request_headers=dict(getattr(delivery, "request_headers", {}) or {}),
+                response_headers=dict(getattr(delivery, "response_headers", {}) or {}),
+            )
+        )  # fmt: skip
+        return delivery
+
+
+def _idempotency_key_of(context: CallContext | None) -> str | None:
+    if context is None:
+        return None
+    if context.idempotency_key:
+        return context.idempotency_key
+    return idempotency_key(context.tool_call_id) if context.tool_call_id is not None else None
+
+
+def _outcome(
+    body: dict[str, Any] | None, session_id: str, exchanges: list[Exchange]
+) -> ToolOutcome:
+    if (err := jsonrpc.error_of(body)) is not None:
+        code = err.get("code")
+        return ToolOutcome(
+            text=jsonrpc.describe_error(err), structured=None, is_error=True, session_id=session_id,
+            exchanges=exchanges, error_code=code if isinstance(code, int) else None,
+        )  # fmt: skip
+    result = body.get("result") if body else None
+    if not isinstance(result, dict):
+        raise McpError("MCP server answered tools/call without a result object")
+    content = [c for c in result.get("content") or [] if isinstance(c, dict)]
+    structured = result.get("structuredContent")
+    text = "\n".join(_content_text(c) for c in content)
+    if not text and structured is not None:
+        text = json.dumps(structured, ensure_ascii=False)
+    return ToolOutcome(
+        text=text, structured=structured, is_error=bool(result.get("isError")),
+        session_id=session_id, exchanges=exchanges, content=content,
+    )  # fmt: skip
+
+
+def _content_text(block: dict[str, Any]) -> str:
+    kind = block.get("type")
+    if kind == "text":
+        return str(block.get("text", ""))
+    if kind == "resource":
+        resource = block.get("resource") or {}
+        return str(resource.get("text") or f"[resource: {resource.get('uri', '')}]")
+    if kind == "resource_link":
+        return f"[resource: {block.get('uri', '')}]"
+    if kind in ("image", "audio"):
+        return f"[{kind}: {block.get('mimeType', 'unknown')}]"
+    return json.dumps(block, ensure_ascii=False)

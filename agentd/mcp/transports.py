@@ -1,0 +1,22 @@
+"""`transport_for`: build the transport an `mcps` entry describes."""
+
+from __future__ import annotations
+
+from agentd.mcp.config import McpServerConfig
+from agentd.mcp.http import HttpTransport
+from agentd.mcp.port import Transport
+from agentd.mcp.stdio import StdioTransport
+
+
+def transport_for(config: McpServerConfig) -> Transport:
+    if config.url is not None:
+        return HttpTransport(
+            config.url, api_token=config.api_token, headers=config.headers, timeout=config.timeout
+        )
+    if config.command is not None:
+        return StdioTransport(
+            config.command, env=config.env, cwd=config.cwd, timeout=config.timeout
+        )
+    if config.toolset is not None:
+        return config.toolset  # type: ignore[no-any-return]  # a Toolset is its own transport
+    return config.transport  # type: ignore[no-any-return]

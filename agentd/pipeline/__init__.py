@@ -1,0 +1,1 @@
+"""Middleware pipelines for the LLM turn and the tool call, and their builder."""

@@ -1,0 +1,1 @@
+"""The LLM turn pipeline's middlewares, one per module, named as in the reference."""

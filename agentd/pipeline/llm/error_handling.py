@@ -1,0 +1,95 @@
+"""ErrorHandling: the outermost LLM middleware.
+
+Position: first. Reads: everything. Writes: on failure, the loop (fenced) and events.
+Finalizer: no. A lost fence is logged and swallowed; a limit pauses the loop with its
+reason; any other error fails the loop with a clear message. Cancellation propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from agentd import logs
+from agentd.db.pool import transaction
+from agentd.engine.context import TurnContext
+from agentd.engine.states import TransitionReason
+from agentd.errors import AgentdError, FenceLost, LimitExceeded, MaxDurationExceeded
+from agentd.pipeline.builder import Handler
+from agentd.pipeline.wire import llm_events
+from agentd.store import events, loops, messages
+from agentd.store.models import NewEvent
+
+log = logs.get("agentd.turn")
+
+
+class ErrorHandling:
+    def __init__(self, app: Handler[TurnContext]) -> None:
+        self.app = app
+
+    async def __call__(self, ctx: TurnContext) -> None:
+        try:
+            await self.app(ctx)
+        except FenceLost:
+            log.info("turn.fence_lost", loop_id=str(ctx.loop.id))
+        except asyncio.CancelledError:
+            raise
+        except LimitExceeded as exc:
+            reason = (
+                TransitionReason.MAX_DURATION
+                if isinstance(exc, MaxDurationExceeded)
+                else TransitionReason.MAX_STEPS
+            )
+            await self._settle(ctx, "paused", reason, exc.message, exc)
+        except Exception as exc:
+            message = (
+                exc.message if isinstance(exc, AgentdError) else f"{type(exc).__name__}: {exc}"
+            )
+            log.warning(
+                "turn.failed",
+                loop_id=str(ctx.loop.id),
+                error=message,
+                exc_info=not isinstance(exc, AgentdError),
+            )
+            await self._settle(ctx, "failed", TransitionReason.TURN_FAILED, message, exc)
+
+    async def _settle(
+        self, ctx: TurnContext, status: str, reason: str, message: str, exc: BaseException
+    ) -> None:
+        wire = llm_events(getattr(exc, "exchanges", None) or [], loop_id=ctx.loop.id)
+        async with transaction(ctx.runtime.pool) as conn:
+            row = await loops.fenced_transition(
+                conn,
+                loop_id=ctx.loop.id,
+                execution_token=ctx.execution_token,
+                from_statuses=["running"],
+                status=status,
+                reason=reason,
+                error_message=message,
+            )
+            if row is None:
+                log.info("turn.fence_lost", loop_id=str(ctx.loop.id), while_="failing")
+                return
+            await messages.fail_shells(conn, loop_id=ctx.loop.id)
+            pending = [] if ctx.events_flushed else ctx.events
+            await events.insert_many(
+                conn,
+                [
+                    *pending,
+                    *wire,
+                    NewEvent(
+                        name=f"loop.{status}", loop_id=ctx.loop.id, reason=reason, log=message
+                    ),
+                ],
+            )
+            await events.publish(
+                conn,
+                {
+                    "type": "status",
+                    "loop_id": str(ctx.loop.id),
+                    "status": status,
+                    "reason": reason,
+                    "error": message,
+                },
+            )
+        ctx.events_flushed = True
+        ctx.finished = True

@@ -1,0 +1,24 @@
+"""EventLogging: on the way back up, writes the turn's events if no finalizer did.
+
+Position: after AgentInitialization. Reads: ctx.events. Writes: events. Finalizer: no.
+Never writes after cancellation (a cancelled turn writes nothing).
+"""
+
+from __future__ import annotations
+
+from agentd.db.pool import transaction
+from agentd.engine.context import TurnContext
+from agentd.pipeline.builder import Handler
+from agentd.store import events
+
+
+class EventLogging:
+    def __init__(self, app: Handler[TurnContext]) -> None:
+        self.app = app
+
+    async def __call__(self, ctx: TurnContext) -> None:
+        await self.app(ctx)
+        if ctx.events and not ctx.events_flushed:
+            async with transaction(ctx.runtime.pool) as conn:
+                await events.insert_many(conn, ctx.events)
+            ctx.events_flushed = True

@@ -1,0 +1,123 @@
+"""NetworkCalling: builds the prompt, calls the model, streams into a hidden shell.
+
+Position: after ToolDiscovery, before ResponseParsing. Reads: ctx.agent, ctx.tools.
+Writes: ctx.request, ctx.response, ctx.events; while streaming, a hidden `processing`
+assistant shell whose partial content is saved (and published to observers) at
+`stream_flush_interval`. Finalizer: no. Holds no DB connection during the model call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from agentd.agent import resolve
+from agentd.db.pool import connection, transaction
+from agentd.engine import prompt
+from agentd.engine.context import TurnContext
+from agentd.errors import LLMError, MaxDurationExceeded, MaxStepsExceeded
+from agentd.llm.types import LLMRequest, StreamDelta
+from agentd.pipeline.builder import Handler
+from agentd.pipeline.wire import llm_events
+from agentd.store import events, messages, tool_calls
+
+
+class NetworkCalling:
+    def __init__(self, app: Handler[TurnContext]) -> None:
+        self.app = app
+
+    async def __call__(self, ctx: TurnContext) -> None:
+        agent = ctx.agent
+        assert agent is not None
+        settings = ctx.runtime.settings
+        if agent.max_steps is not None and ctx.loop.step_count >= agent.max_steps:
+            raise MaxStepsExceeded(f"max_steps ({agent.max_steps}) reached")
+        provider = await resolve(agent.llm_provider())
+        async with connection(ctx.runtime.pool) as conn:
+            rows = await messages.list_(conn, loop_id=ctx.loop.id)
+            calls = await tool_calls.list_for_loop(conn, loop_id=ctx.loop.id)
+        ctx.history = prompt.history(agent.system_prompt, rows, calls)
+        ctx.request = LLMRequest(
+            provider=provider,
+            messages=ctx.history,
+            tools=ctx.tool_specs,
+            stream=bool(agent.streaming),
+            llm_params=dict(agent.llm_params),
+            reasoning_effort=agent.reasoning_effort,
+            max_tokens=agent.max_tokens,
+            reasoning_strategies=agent.reasoning_strategies,
+        )
+        on_delta = None
+        if ctx.request.stream:
+            on_delta = await self._open_shell(ctx)
+        max_duration = agent.max_duration or settings.default_max_duration
+        try:
+            async with asyncio.timeout(max_duration):
+                ctx.response = await ctx.runtime.llm.complete(
+                    ctx.request, dialect=agent.dialect, on_delta=on_delta
+                )
+        except TimeoutError as exc:
+            raise MaxDurationExceeded(
+                f"the turn ran longer than max_duration ({max_duration:g}s)"
+            ) from exc
+        except LLMError as exc:
+            ctx.events.extend(llm_events(getattr(exc, "exchanges", []), loop_id=ctx.loop.id))
+            exc.exchanges = []  # type: ignore[attr-defined]  # recorded once, above
+            raise
+        if on_delta is not None:
+            await on_delta(None)  # cancel the pending flush task, if any
+        ctx.events.extend(llm_events(ctx.response.exchanges, loop_id=ctx.loop.id))
+        await self.app(ctx)
+
+    async def _open_shell(self, ctx: TurnContext):  # type: ignore[no-untyped-def]
+        runtime = ctx.runtime
+        async with transaction(runtime.pool) as conn:
+            shell = await messages.insert_shell(
+                conn,
+                loop_id=ctx.loop.id,
+                step=ctx.loop.step_count + 1,
+                execution_token=ctx.execution_token,
+            )
+        ctx.shell_message_id = shell.id
+        content: list[str] = []
+        reasoning: list[str] = []
+        pending: list[str] = []
+        interval = runtime.settings.stream_flush_interval
+        last = 0.0
+        observed = ctx.loop.observed
+
+        async def flush() -> None:
+            nonlocal last
+            last = time.monotonic()
+            delta = "".join(pending)
+            pending.clear()
+            async with transaction(runtime.pool) as conn:
+                await messages.update_partial(
+                    conn,
+                    message_id=shell.id,
+                    content="".join(content),
+                    reasoning="".join(reasoning) or None,
+                    execution_token=ctx.execution_token,
+                )
+                if observed and delta:
+                    await events.publish(
+                        conn,
+                        {
+                            "type": "delta",
+                            "loop_id": str(ctx.loop.id),
+                            "message_id": shell.id,
+                            "delta": delta,
+                        },
+                    )
+
+        async def on_delta(d: StreamDelta | None) -> None:
+            if d is None:
+                return
+            content.append(d.content)
+            if d.reasoning:
+                reasoning.append(d.reasoning)
+            pending.append(d.content)
+            if time.monotonic() - last >= interval:
+                await flush()
+
+        return on_delta

@@ -1,0 +1,1 @@
+"""The tool call pipeline's middlewares, one per module, named as in the reference."""

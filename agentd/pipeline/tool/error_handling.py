@@ -1,0 +1,82 @@
+"""ErrorHandling: the outermost tool middleware.
+
+Position: first. A lost fence is logged and swallowed; cancellation propagates; any other
+error records `error_message` on the call and fails the loop (fenced by the generation).
+Finalizer: no. Tool failures the model should see never reach here: ToolExecution turns
+them into error results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from agentd import logs
+from agentd.db.pool import transaction
+from agentd.engine.context import ToolContext
+from agentd.engine.states import TransitionReason
+from agentd.errors import AgentdError, FenceLost
+from agentd.pipeline.builder import Handler
+from agentd.store import events, loops
+from agentd.store.models import NewEvent
+
+log = logs.get("agentd.tool_call")
+
+
+class ErrorHandling:
+    def __init__(self, app: Handler[ToolContext]) -> None:
+        self.app = app
+
+    async def __call__(self, ctx: ToolContext) -> None:
+        tc = ctx.tool_call
+        try:
+            await self.app(ctx)
+        except FenceLost:
+            log.info("tool_call.fence_lost", tool_call_id=tc.id, loop_id=str(tc.loop_id))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            message = (
+                exc.message if isinstance(exc, AgentdError) else f"{type(exc).__name__}: {exc}"
+            )
+            log.warning(
+                "tool_call.failed",
+                tool_call_id=tc.id,
+                loop_id=str(tc.loop_id),
+                error=message,
+                exc_info=not isinstance(exc, AgentdError),
+            )
+            text = f"tool call {tc.name} (#{tc.id}) failed: {message}"
+            async with transaction(ctx.runtime.pool) as conn:
+                row = await loops.fenced_transition(
+                    conn,
+                    loop_id=tc.loop_id,
+                    execution_token=ctx.generation,
+                    from_statuses=["running", "waiting"],
+                    status="failed",
+                    reason=TransitionReason.TOOL_FAILED,
+                    error_message=text,
+                )
+                if row is None:
+                    return
+                await events.insert_many(
+                    conn,
+                    [
+                        *ctx.events,
+                        NewEvent(
+                            name="loop.failed",
+                            loop_id=tc.loop_id,
+                            tool_call_id=tc.id,
+                            reason=TransitionReason.TOOL_FAILED,
+                            log=text,
+                        ),
+                    ],
+                )
+                await events.publish(
+                    conn,
+                    {
+                        "type": "status",
+                        "loop_id": str(tc.loop_id),
+                        "status": "failed",
+                        "error": text,
+                    },
+                )

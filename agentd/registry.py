@@ -1,0 +1,191 @@
+"""The agent registry: entry-point agents (`agentd.agents`) and TOML-configured agents.
+
+This is the one piece of process-wide state agentd keeps (ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.metadata import entry_points
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentd import logs
+from agentd.agent import Agent, LoopView
+from agentd.errors import ConfigError, UnknownAgent
+
+log = logs.get("agentd.registry")
+
+ENTRY_POINT_GROUP = "agentd.agents"
+
+
+class McpEntryConfig(BaseModel):
+    """An `[[agents.NAME.mcps]]` table. Secrets come from env vars named here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    url: str | None = None
+    command: list[str] | None = None
+    api_token_env: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    tools: list[str] | None = None
+    required_tools: list[str] = Field(default_factory=list)
+    prefix: str | None = None
+    session_recovery: Literal["auto", "fail"] = "auto"
+    timeout: float = 60.0
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+
+    def entry(self) -> dict[str, Any]:
+        data = self.model_dump(exclude={"api_token_env"}, exclude_none=True)
+        if self.api_token_env:
+            data["api_token"] = os.environ.get(self.api_token_env)
+        return data
+
+
+class AgentConfig(BaseModel):
+    """An `[agents.NAME]` table of the config file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dialect: Literal["open_ai", "anthropic", "gemini"] = "open_ai"
+    base_url: str
+    model: str
+    model_name: str | None = None
+    api_key_env: str | None = None
+    system_prompt: str = ""
+    streaming: bool = False
+    read_timeout: float | None = Field(None, gt=0)
+    sequential_tool_calls: bool = False
+    max_steps: int | None = Field(50, ge=1)
+    max_duration: float | None = Field(None, gt=0)
+    llm_params: dict[str, Any] = Field(default_factory=dict)
+    reasoning_effort: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    reasoning_strategies: list[str] | None = None
+    refresh_mcp_tools: bool = True
+    approval_required: list[str] = Field(default_factory=list)
+    approval_timeout: float | None = Field(None, gt=0)
+    mcps: list[McpEntryConfig] = Field(default_factory=list)
+
+
+def agent_from_config(name: str, raw: dict[str, Any]) -> type[Agent]:
+    try:
+        cfg = AgentConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            if err["type"] == "extra_forbidden":
+                problems.append(f"unknown key {loc!r}")
+            else:
+                problems.append(f"{loc}: {err['msg']}")
+        raise ConfigError(f"[agents.{name}]: " + "; ".join(problems)) from None
+    entries = cfg.mcps
+
+    class ConfiguredAgent(Agent):
+        dialect = cfg.dialect
+        base_url = cfg.base_url
+        model = cfg.model
+        model_name = cfg.model_name
+        api_key_env = cfg.api_key_env
+        system_prompt = cfg.system_prompt
+        streaming = cfg.streaming
+        read_timeout = cfg.read_timeout
+        sequential_tool_calls = cfg.sequential_tool_calls
+        max_steps = cfg.max_steps
+        max_duration = cfg.max_duration
+        llm_params = cfg.llm_params
+        reasoning_effort = cfg.reasoning_effort
+        max_tokens = cfg.max_tokens
+        reasoning_strategies = cfg.reasoning_strategies
+        refresh_mcp_tools = cfg.refresh_mcp_tools
+        approval_required = cfg.approval_required
+        approval_timeout = cfg.approval_timeout
+
+        def mcp_servers(self) -> list[Any]:
+            # Read token env vars per call: secrets are never kept in the class.
+            return [e.entry() for e in entries]
+
+    ConfiguredAgent.__name__ = ConfiguredAgent.__qualname__ = f"ConfiguredAgent[{name}]"
+    return ConfiguredAgent
+
+
+class AgentRegistry:
+    """Name → Agent subclass."""
+
+    def __init__(self) -> None:
+        self._agents: dict[str, type[Agent]] = {}
+        self._sources: dict[str, str] = {}
+
+    def register(self, name: str, cls: type[Agent], *, source: str = "code") -> None:
+        if not isinstance(cls, type) or not issubclass(cls, Agent):
+            raise ConfigError(f"agent {name!r} ({source}) is not a subclass of agentd.Agent")
+        if name in self._agents:
+            raise ConfigError(
+                f"duplicate agent name {name!r}: from {self._sources[name]} and {source}"
+            )
+        named = type(cls.__name__, (cls,), {"name": name, "__module__": cls.__module__})
+        self._agents[name] = named
+        self._sources[name] = source
+
+    def load_entry_points(self) -> None:
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                cls = ep.load()
+            except Exception as exc:
+                raise ConfigError(
+                    f"agent {ep.name!r} failed to import from {ep.value}: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            self.register(ep.name, cls, source=f"entry point {ep.value}")
+
+    def load_config(self, agents: dict[str, dict[str, Any]]) -> None:
+        for name, raw in agents.items():
+            self.register(name, agent_from_config(name, raw), source="config file")
+
+    def names(self) -> list[str]:
+        return sorted(self._agents)
+
+    def get(self, name: str) -> type[Agent]:
+        try:
+            return self._agents[name]
+        except KeyError:
+            known = ", ".join(self.names()) or "none registered"
+            raise UnknownAgent(f"unknown agent {name!r} (known: {known})", agent=name) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._agents
+
+    def instantiate(self, name: str, loop: LoopView) -> Agent:
+        return self.get(name)(loop)
+
+    def describe(self) -> list[dict[str, Any]]:
+        out = []
+        for name in self.names():
+            cls = self._agents[name]
+            out.append(
+                {
+                    "name": name,
+                    "source": self._sources[name],
+                    "dialect": cls.dialect,
+                    "model": cls.model if isinstance(cls.model, str) else None,
+                    "streaming": cls.streaming if isinstance(cls.streaming, bool) else None,
+                    "sequential_tool_calls": cls.sequential_tool_calls
+                    if isinstance(cls.sequential_tool_calls, bool)
+                    else None,
+                }
+            )
+        return out
+
+
+def build_registry(
+    settings_agents: dict[str, dict[str, Any]], *, entry_points_too: bool = True
+) -> AgentRegistry:
+    reg = AgentRegistry()
+    if entry_points_too:
+        reg.load_entry_points()
+    reg.load_config(settings_agents)
+    return reg
