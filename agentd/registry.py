@@ -5,6 +5,7 @@ This is the one piece of process-wide state agentd keeps (ARCHITECTURE.md).
 
 from __future__ import annotations
 
+import importlib
 import os
 from importlib.metadata import entry_points
 from typing import Any, Literal
@@ -71,7 +72,29 @@ class AgentConfig(BaseModel):
     mcps: list[McpEntryConfig] = Field(default_factory=list)
 
 
+def _import_class(name: str, path: str) -> type[Agent]:
+    module, _, attr = path.partition(":")
+    if not module or not attr:
+        raise ConfigError(f"[agents.{name}] class must look like 'package.module:ClassName'")
+    try:
+        obj = getattr(importlib.import_module(module), attr)
+    except Exception as exc:
+        raise ConfigError(f"[agents.{name}] class {path!r} failed to import: "
+                          f"{type(exc).__name__}: {exc}") from exc
+    if not (isinstance(obj, type) and issubclass(obj, Agent)):
+        raise ConfigError(f"[agents.{name}] class {path!r} is not a subclass of agentd.Agent")
+    return obj
+
+
 def agent_from_config(name: str, raw: dict[str, Any]) -> type[Agent]:
+    """A TOML agent: all keys, or `class = "module:Class"` plus attribute overrides."""
+    if "class" in raw:
+        base = _import_class(name, str(raw["class"]))
+        overrides = {k: v for k, v in raw.items() if k != "class"}
+        unknown = sorted(set(overrides) - set(AgentConfig.model_fields) - {"mcps"})
+        if unknown:
+            raise ConfigError(f"[agents.{name}]: unknown key(s) {unknown}")
+        return type(base.__name__, (base,), overrides)
     try:
         cfg = AgentConfig.model_validate(raw)
     except ValidationError as exc:

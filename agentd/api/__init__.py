@@ -1,0 +1,1 @@
+"""The control plane: REST API, health, metrics, live streams, MCP mounts, admin UI."""

@@ -1,0 +1,52 @@
+"""/healthz (the process is alive) and /readyz (it can do its job)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from agentd.db import migrate
+from agentd.db.pool import DB_ERRORS, connection
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", summary="Liveness: the process is up")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", summary="Readiness: database, migrations, worker heartbeat, queues",
+            responses={503: {"description": "Not ready; `checks` says why"}})
+async def readyz(request: Request) -> JSONResponse:
+    from agentd.engine.service import unconsumed_queues
+
+    state = request.app.state.agentd
+    checks: dict[str, Any] = {}
+    ready = True
+    try:
+        async with asyncio.timeout(2.0):
+            async with connection(state.pool) as conn:
+                await conn.fetchval("SELECT 1")
+                checks["database"] = "ok"
+                current = await migrate.is_current(conn)
+            checks["migrations"] = "current" if current else "pending"
+            ready = ready and current
+            missing = await unconsumed_queues(state.pool)
+            checks["unconsumed_queues"] = missing
+    except (*DB_ERRORS, TimeoutError) as exc:
+        checks["database"] = f"unreachable: {type(exc).__name__}"
+        ready = False
+    engine = state.engine
+    if engine is not None:
+        last = engine.renewer.last_ok
+        limit = state.settings.heartbeat_interval * 3 + 1
+        fresh = last is not None and time.monotonic() - last < limit
+        checks["worker_heartbeat"] = "fresh" if fresh else "stale"
+        ready = ready and fresh
+    return JSONResponse({"status": "ready" if ready else "not_ready", "checks": checks},
+                        status_code=200 if ready else 503)

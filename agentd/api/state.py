@@ -1,0 +1,26 @@
+"""What the HTTP app needs from the process that serves it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agentd.db.pool import Pool
+from agentd.engine.lifecycle import Lifecycle
+from agentd.registry import AgentRegistry
+from agentd.settings import Settings
+
+if TYPE_CHECKING:
+    from agentd.engine.service import Engine
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    pool: Pool
+    registry: AgentRegistry
+    lifecycle: Lifecycle
+    database_url: str  # direct URL for LISTEN (live streams)
+    api_token: str  # the operator token (never logged)
+    engine: Engine | None = None  # set when this process also runs a worker
+    extras: dict[str, Any] = field(default_factory=dict)
