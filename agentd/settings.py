@@ -11,12 +11,13 @@ import os
 import tomllib
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import platformdirs
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
@@ -49,12 +50,19 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default_factory=_default_data_dir, description="Embedded data dir.")
     db_pool_min: int = Field(1, ge=0, description="Minimum pooled connections.")
     db_pool_max: int = Field(10, ge=1, description="Maximum pooled connections.")
+    db_statement_cache_size: int | None = Field(
+        None,
+        ge=0,
+        description="Prepared statements cached per pooled connection. Unset: 0 when "
+        "database_direct_url is set (database_url is then a transaction-mode pooler such as "
+        "PgBouncer, which cannot keep prepared statements), else 100.",
+    )
 
     # --- API
     api_token: SecretStr | None = Field(
         None, description="Bearer token for the API. Unset: `agentd up` generates one."
     )
-    read_tokens: list[SecretStr] = Field(
+    read_tokens: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list, description="Extra tokens that may only read."
     )
     host: str = Field("127.0.0.1", description="API bind address.")
@@ -65,7 +73,9 @@ class Settings(BaseSettings):
     # --- worker
     llm_concurrency: int = Field(64, ge=1, description="LLM turns in flight per process.")
     tool_concurrency: int = Field(32, ge=1, description="Tool calls in flight per process.")
-    queues: list[str] = Field(default_factory=lambda: list(QUEUES), description="Queues to run.")
+    queues: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(QUEUES), description="Queues to run."
+    )
     poll_interval: float = Field(1.0, gt=0, description="Claim poll fallback when no NOTIFY.")
     heartbeat_interval: float = Field(
         10.0, gt=0, description="Lease renewal and worker heartbeat tick."
@@ -92,7 +102,7 @@ class Settings(BaseSettings):
     llm_retries: int = Field(2, ge=0, description="Re-sends beyond the first attempt.")
     llm_retry_base_delay: float = Field(1.0, ge=0, description="Backoff base: base * 2**(n-1).")
     llm_retry_max_delay: float = Field(60.0, ge=0, description="Cap on any retry wait.")
-    llm_retry_statuses: list[int] = Field(
+    llm_retry_statuses: Annotated[list[int], NoDecode] = Field(
         default_factory=lambda: [408, 409, 429, 500, 502, 503, 504],
         description="HTTP statuses that are re-sent.",
     )
@@ -121,6 +131,13 @@ class Settings(BaseSettings):
             raise ValueError(f"{info.field_name} must be > 0 (got {v})")
         return v
 
+    @field_validator("read_tokens", mode="before")
+    @classmethod
+    def _split_tokens(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [t.strip() for t in v.split(",") if t.strip()]
+        return v
+
     @field_validator("queues", mode="before")
     @classmethod
     def _split_queues(cls, v: Any) -> Any:
@@ -141,8 +158,16 @@ class Settings(BaseSettings):
     @field_validator("llm_retry_statuses", mode="before")
     @classmethod
     def _split_statuses(cls, v: Any) -> Any:
-        if isinstance(v, str) and not v.strip().startswith("["):
-            v = [int(s) for s in v.split(",") if s.strip()]
+        if isinstance(v, str):
+            import json
+
+            text = v.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            try:
+                return [int(s) for s in text.split(",") if s.strip()]
+            except ValueError:
+                raise ValueError(f"not a comma-separated list of statuses: {v!r}") from None
         return v
 
     @field_validator("llm_retry_statuses")
@@ -180,6 +205,12 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, _TomlSource(settings_cls, init_settings))
+
+    def statement_cache_size(self) -> int:
+        """The pool's prepared-statement cache: explicit, or 0 behind a pooler."""
+        if self.db_statement_cache_size is not None:
+            return self.db_statement_cache_size
+        return 0 if self.database_direct_url else 100
 
     def lease_seconds(self, read_timeout: float | None) -> float:
         """An LLM lease: the agent's read timeout plus the margin."""
@@ -232,11 +263,14 @@ class _TomlSource(PydanticBaseSettingsSource):
 def load_settings(config: str | Path | None = None, **overrides: Any) -> Settings:
     """Build Settings, turning validation failures into one clear ConfigError."""
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     try:
         if config is not None:
             overrides["config"] = Path(config)
         return Settings(**overrides)
+    except SettingsError as exc:
+        raise ConfigError(f"invalid settings: {exc}") from None
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
@@ -244,3 +278,27 @@ def load_settings(config: str | Path | None = None, **overrides: Any) -> Setting
             msg = err["msg"].removeprefix("Value error, ")
             lines.append(f"{loc}: {msg}")
         raise ConfigError("invalid settings: " + "; ".join(lines)) from None
+
+
+def reference_markdown() -> str:
+    """The configuration table of docs/configuration.md, generated so it cannot drift."""
+    rows = ["| env var | default | meaning |", "|---|---|---|"]
+    skip = {"agents", "mcp_servers", "schedules", "config"}
+    for name, field in Settings.model_fields.items():
+        if name in skip:
+            continue
+        default: Any = field.default
+        if field.default_factory is not None:
+            default = "(per user)" if name == "data_dir" else field.default_factory()  # type: ignore[call-arg]
+        if default is None:
+            shown = "unset"
+        elif isinstance(default, list):
+            shown = ",".join(str(x) for x in default) or "(none)"
+        else:
+            shown = str(default)
+        rows.append(f"| `AGENTD_{name.upper()}` | `{shown}` | {field.description or ''} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")

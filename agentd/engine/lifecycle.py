@@ -123,6 +123,7 @@ class Lifecycle:
         subject: str | None = None,
         state: dict[str, Any] | None = None,
         title: str | None = None,
+        observe: bool = False,
     ) -> Loop:
         self.registry.get(agent)  # UnknownAgent before anything is written
         if not isinstance(message, str) or not message.strip():
@@ -136,6 +137,7 @@ class Lifecycle:
                 state=state or {},
                 execution_token=token,
                 title=title,
+                observed=observe,
             )
             await messages.insert(conn, loop_id=loop.id, role="user", content=message)
             await dispatch.enqueue_llm(

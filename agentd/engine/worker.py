@@ -74,6 +74,9 @@ class Worker:
     # --- claiming -------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
+        if not self.queues:  # a maintenance-only process: nothing to claim, run until told
+            await stop.wait()
+            return
         async with asyncio.TaskGroup() as tg:
             for q in self.queues:
                 tg.create_task(self._claim_loop(q, stop), name=f"claim-{q}")

@@ -30,8 +30,11 @@ async def insert(
     state: dict[str, Any],
     execution_token: UUID,
     title: str | None = None,
+    observed: bool = False,
 ) -> Loop:
-    rec = await conn.fetchrow(sql("loop_insert"), agent, subject, state, execution_token, title)
+    rec = await conn.fetchrow(
+        sql("loop_insert"), agent, subject, state, execution_token, title, observed
+    )
     return Loop.from_record(rec)
 
 

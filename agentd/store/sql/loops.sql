@@ -1,8 +1,8 @@
 -- name: loop_insert :one
 -- API/lifecycle start; no fence (new row).
--- $1 agent text · $2 subject text · $3 state jsonb · $4 execution_token uuid · $5 title text
-INSERT INTO loops (agent, subject, state, status, execution_token, title)
-VALUES ($1, $2, $3, 'queued', $4, $5)
+-- $1 agent text · $2 subject text · $3 state jsonb · $4 execution_token uuid · $5 title text · $6 observed bool
+INSERT INTO loops (agent, subject, state, status, execution_token, title, observed)
+VALUES ($1, $2, $3, 'queued', $4, $5, $6)
 RETURNING *;
 
 -- name: loop_get :one

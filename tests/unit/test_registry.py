@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import pytest
+
+from agentd import Agent
+from agentd.agent import LoopView, resolve
+from agentd.errors import ConfigError, UnknownAgent
+from agentd.registry import AgentRegistry, agent_from_config
+
+BASE = {"base_url": "http://127.0.0.1:9000", "model": "gpt-4o"}
+
+
+def test_config_agent_has_every_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value")
+    monkeypatch.setenv("BILLING_TOKEN", "tok")
+    cls = agent_from_config(
+        "support",
+        {
+            **BASE,
+            "dialect": "anthropic",
+            "api_key_env": "OPENAI_API_KEY",
+            "system_prompt": "Be kind.",
+            "streaming": True,
+            "read_timeout": 120,
+            "sequential_tool_calls": True,
+            "max_steps": 9,
+            "llm_params": {"temperature": 0.2},
+            "approval_required": ["refund"],
+            "mcps": [
+                {
+                    "name": "billing",
+                    "url": "http://127.0.0.1:9100/mcp",
+                    "api_token_env": "BILLING_TOKEN",
+                    "tools": ["lookup"],
+                    "prefix": "billing",
+                },
+                {"name": "fs", "command": ["npx", "server"], "timeout": 30},
+            ],
+        },
+    )
+    agent = cls(LoopView())
+    assert (agent.dialect, agent.streaming, agent.max_steps) == ("anthropic", True, 9)
+    assert agent.approval_required == ["refund"] and agent.sequential_tool_calls
+    provider = agent.llm_provider()
+    assert provider.api_token == "sk-secret-value" and provider.read_timeout == 120
+    servers = agent.mcp_servers()
+    assert servers[0]["api_token"] == "tok" and servers[0]["prefix"] == "billing"
+    assert servers[1]["command"] == ["npx", "server"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({**BASE, "modle": "x"}, "unknown key 'modle'"),
+        ({**BASE, "mcps": [{"name": "a", "url": "u", "tokn": 1}]}, "unknown key 'mcps.0.tokn'"),
+        ({"model": "m"}, "base_url"),
+        ({**BASE, "dialect": "cohere"}, "dialect"),
+        ({"class": "nowhere.module:Agent"}, "failed to import"),
+        ({"class": "agentd.testing.agents:CalcAgent", "colour": "red"}, "unknown key"),
+        ({"class": "agentd.errors:ConfigError"}, "not a subclass"),
+    ],
+)
+def test_bad_config_agents_are_errors_naming_the_problem(raw: dict, message: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(ConfigError, match=message):
+        agent_from_config("support", raw)
+
+
+def test_class_agent_with_overrides() -> None:
+    cls = agent_from_config("calc2", {"class": "agentd.testing.agents:CalcAgent", "max_steps": 3})
+    assert cls.max_steps == 3 and cls.system_prompt == "You add numbers."
+
+
+def test_registry_errors_name_the_agent() -> None:
+    reg = AgentRegistry()
+    reg.register("a", Agent)
+    with pytest.raises(ConfigError, match="duplicate agent name 'a'"):
+        reg.register("a", Agent)
+    with pytest.raises(UnknownAgent, match="unknown agent 'b'"):
+        reg.get("b")
+    with pytest.raises(ConfigError, match="not a subclass"):
+        reg.register("c", object)  # type: ignore[arg-type]
+    assert reg.get("a").name == "a" and Agent.name == ""
+
+
+async def test_hooks_may_be_async_and_read_loop_state() -> None:
+    class PerLoop(Agent):
+        model = "m"
+
+        @property
+        def base_url(self) -> str:  # type: ignore[override]
+            return str(self.state["endpoint"])
+
+        async def mcp_servers(self):  # type: ignore[no-untyped-def,override]
+            return [{"name": "x", "url": f"{self.state['endpoint']}/mcp"}]
+
+    agent = PerLoop(LoopView(state={"endpoint": "http://h:1"}, subject="cust-1"))
+    assert (await resolve(agent.llm_provider())).base_url == "http://h:1"
+    assert (await resolve(agent.mcp_servers()))[0]["url"] == "http://h:1/mcp"
+    assert agent.mcp_principal == "cust-1"
