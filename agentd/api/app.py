@@ -2,16 +2,94 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
 
 from agentd import __about__
-from agentd.api import health
+from agentd.api import (
+    auth,
+    body_limit,
+    health,
+    metrics,
+    problems,
+    routes_approvals,
+    routes_loops,
+    streams,
+)
 from agentd.api.state import AppState
+
+DESCRIPTION = """Control plane of agentd: durable AI agent loops on PostgreSQL.
+
+Every route except `/healthz` and `/readyz` needs `Authorization: Bearer <token>`: the
+operator token (`AGENTD_API_TOKEN`) for anything, a read token (`AGENTD_READ_TOKENS`) for
+GETs only. Errors are `application/problem+json`. See docs/api.md.
+"""
 
 
 def create_app(state: AppState) -> FastAPI:
-    app = FastAPI(title="agentd", version=__about__.__version__,
-                  description="Control plane of agentd: durable AI agent loops on PostgreSQL.")
+    from agentd.mcp import mounts
+
+    app = FastAPI(
+        title="agentd",
+        version=__about__.__version__,
+        description=DESCRIPTION,
+        # Served below, behind the token like every other non-probe route.
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
     app.state.agentd = state
+    app.state.stream_hub = streams.StreamHub(state.database_url)
+    app.state.metrics = metrics.Metrics()
+    problems.install(app)
+
     app.include_router(health.router)
+    app.include_router(metrics.router)
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(auth.require_token)])
+    v1.include_router(routes_loops.router)
+    v1.include_router(streams.router)
+    v1.include_router(routes_approvals.router)
+    v1.include_router(routes_approvals.agents_router)
+    app.include_router(v1)
+    _add_docs(app)
+
+    mounts.mount_all(app, state)
+    # The admin UI (/admin) is added here by its own router when it lands; it must depend
+    # on auth (see tests/integration/api/test_auth.py, which enumerates every route).
+
+    app.add_middleware(body_limit.BodyLimit, limit=state.settings.max_body_bytes)
+    app.add_middleware(problems.CatchAll)
     return app
+
+
+def _add_docs(app: FastAPI) -> None:
+    schema: dict[str, Any] = {}
+
+    def openapi_schema() -> dict[str, Any]:
+        if not schema:
+            schema.update(_openapi(app))
+        return schema
+
+    app.openapi = openapi_schema  # type: ignore[method-assign]
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(auth.require_token)])
+    async def openapi_json() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=[Depends(auth.require_token)])
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="agentd API")
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    from fastapi.openapi.utils import get_openapi
+
+    spec = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
+    components = spec.setdefault("components", {}).setdefault("schemas", {})
+    components.setdefault("Problem", problems.Problem.model_json_schema())
+    return spec

@@ -20,8 +20,11 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="Readiness: database, migrations, worker heartbeat, queues",
-            responses={503: {"description": "Not ready; `checks` says why"}})
+@router.get(
+    "/readyz",
+    summary="Readiness: database, migrations, worker heartbeat, queues",
+    responses={503: {"description": "Not ready; `checks` says why"}},
+)
 async def readyz(request: Request) -> JSONResponse:
     from agentd.engine.service import unconsumed_queues
 
@@ -48,5 +51,7 @@ async def readyz(request: Request) -> JSONResponse:
         fresh = last is not None and time.monotonic() - last < limit
         checks["worker_heartbeat"] = "fresh" if fresh else "stale"
         ready = ready and fresh
-    return JSONResponse({"status": "ready" if ready else "not_ready", "checks": checks},
-                        status_code=200 if ready else 503)
+    return JSONResponse(
+        {"status": "ready" if ready else "not_ready", "checks": checks},
+        status_code=200 if ready else 503,
+    )

@@ -117,3 +117,10 @@ async def list_(conn: Connection, *, loop_id: UUID, include_hidden: bool = False
         Message.from_record(r)
         for r in await conn.fetch(sql("message_list"), loop_id, include_hidden)
     ]
+
+
+async def list_after(conn: Connection, *, loop_id: UUID, after_id: int) -> list[Message]:
+    return [
+        Message.from_record(r)
+        for r in await conn.fetch(sql("message_list_after"), loop_id, after_id)
+    ]

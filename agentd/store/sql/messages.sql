@@ -63,3 +63,10 @@ SELECT count(*)::bigint FROM u;
 SELECT * FROM messages
 WHERE loop_id = $1 AND ($2 OR NOT hidden)
 ORDER BY id;
+
+-- name: message_list_after :many
+-- Live streams (SSE): visible messages of a loop after a watermark, to send or replay; no fence.
+-- $1 loop_id uuid · $2 after_id bigint
+SELECT * FROM messages
+WHERE loop_id = $1 AND id > $2 AND NOT hidden
+ORDER BY id;

@@ -1,0 +1,192 @@
+"""The one place errors become `application/problem+json` (RFC 9457) responses.
+
+Every problem has a stable `type` URI, `https://agentd.dev/problems/<problem_type>`, where
+`problem_type` is the slug an `AgentdError` subclass carries (errors.py). Extra members
+(`current_status`, `errors`, ...) come from the error's details.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agentd import logs
+from agentd.errors import AgentdError
+
+log = logs.get("agentd.api")
+
+TYPE_BASE = "https://agentd.dev/problems/"
+MEDIA_TYPE = "application/problem+json"
+
+_HTTP_TITLES = {
+    400: ("bad-request", "The request is malformed."),
+    401: ("unauthorized", "A valid bearer token is required."),
+    403: ("forbidden", "This token may not do that."),
+    404: ("not-found", "Not found."),
+    405: ("method-not-allowed", "Method not allowed."),
+    409: ("conflict", "The request conflicts with the current state."),
+    413: ("payload-too-large", "The request body is too large."),
+    415: ("unsupported-media-type", "Unsupported media type."),
+    422: ("validation-error", "The request is invalid."),
+    500: ("internal", "agentd failed."),
+    503: ("unavailable", "Temporarily unavailable."),
+}
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem document."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(examples=[TYPE_BASE + "loop-not-found"])
+    title: str
+    status: int
+    detail: str
+
+
+class ApiProblem(Exception):
+    """An HTTP-only problem (auth, body size, a bad cursor): no engine error behind it."""
+
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        *,
+        problem_type: str | None = None,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(detail)
+        slug, title = _HTTP_TITLES.get(status, ("http-error", "HTTP error."))
+        self.status = status
+        self.problem_type = problem_type or slug
+        self.title = title
+        self.detail = detail
+        self.headers = headers
+        self.extra = extra
+
+
+def problem_response(
+    status: int,
+    problem_type: str,
+    title: str,
+    detail: str,
+    *,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> Response:
+    body = {"type": TYPE_BASE + problem_type, "title": title, "status": status, "detail": detail}
+    for key, value in extra.items():
+        if key not in body:
+            body[key] = value
+    return Response(
+        json.dumps(body, default=str), status_code=status, media_type=MEDIA_TYPE, headers=headers
+    )
+
+
+def _title(exc: AgentdError) -> str:
+    doc = (type(exc).__doc__ or type(exc).__name__).strip()
+    return doc.splitlines()[0]
+
+
+def from_error(exc: AgentdError) -> Response:
+    return problem_response(exc.status, exc.problem_type, _title(exc), exc.message, **exc.details)
+
+
+async def _agentd_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, AgentdError)
+    if exc.status >= 500:
+        log.error("api.error", path=request.url.path, problem=exc.problem_type, error=exc.message)
+    return from_error(exc)
+
+
+async def _api_problem(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiProblem)
+    return problem_response(
+        exc.status, exc.problem_type, exc.title, exc.detail, headers=exc.headers, **exc.extra
+    )
+
+
+def _field(loc: tuple[Any, ...] | list[Any]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    errors = [
+        {"field": _field(e.get("loc", ())), "message": str(e.get("msg", "invalid"))}
+        for e in exc.errors()
+    ]
+    detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors) or "invalid request"
+    return problem_response(
+        422, "validation-error", _HTTP_TITLES[422][1], detail[:2000], errors=errors[:50]
+    )
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    slug, title = _HTTP_TITLES.get(exc.status_code, ("http-error", "HTTP error."))
+    detail = exc.detail if isinstance(exc.detail, str) else title
+    return problem_response(exc.status_code, slug, title, detail, headers=exc.headers)
+
+
+class CatchAll:
+    """Last line of defence: an unexpected exception becomes a logged 500 problem.
+
+    Pure ASGI (not BaseHTTPMiddleware) so streaming responses pass through untouched. If
+    the response already started, the connection is simply closed.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            log.exception("api.unhandled", path=scope.get("path"), error=type(exc).__name__)
+            if started:
+                return
+            if isinstance(exc, AgentdError):
+                response = from_error(exc)
+            else:
+                response = problem_response(
+                    500, "internal", _HTTP_TITLES[500][1], "internal error; see the server log"
+                )
+            await response(scope, receive, send)
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(AgentdError, _agentd_error)
+    app.add_exception_handler(ApiProblem, _api_problem)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+
+
+def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` entries documenting problem bodies for these statuses."""
+    return {
+        s: {
+            "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+            "description": _HTTP_TITLES.get(s, ("", "Error"))[1],
+        }
+        for s in statuses
+    }

@@ -1,0 +1,185 @@
+"""/v1/loops: start, list, show, transcript, events, continue, lifecycle, pending approvals."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Body, Query, Request, Response
+
+from agentd.api import pagination, problems
+from agentd.api.schemas import (
+    AppendMessage,
+    CleanStr,
+    EventOut,
+    LoopOut,
+    MessageOut,
+    Observe,
+    Page,
+    Resume,
+    StartLoop,
+    ToolCallOut,
+    render_messages,
+)
+from agentd.api.state import AppState
+from agentd.db.pool import connection
+from agentd.engine.states import LoopStatus
+from agentd.errors import LoopNotFound
+from agentd.store import events, loops, messages, tool_calls
+from agentd.store.models import Loop
+
+router = APIRouter(prefix="/loops", tags=["loops"])
+
+BIGINT = 2**63 - 1
+_READ = problems.responses(401, 404, 422)
+_CHANGE = problems.responses(400, 401, 403, 404, 409, 413, 422)
+
+
+def app_state(request: Request) -> AppState:
+    return request.app.state.agentd  # type: ignore[no-any-return]
+
+
+async def _get(state: AppState, loop_id: UUID) -> Loop:
+    async with connection(state.pool) as conn:
+        loop = await loops.get(conn, loop_id=loop_id)
+    if loop is None:
+        raise LoopNotFound(f"no loop {loop_id}")
+    return loop
+
+
+@router.post(
+    "",
+    status_code=201,
+    summary="Start a loop",
+    responses=problems.responses(400, 401, 403, 413, 422),
+)
+async def start_loop(body: StartLoop, request: Request, response: Response) -> LoopOut:
+    """Create a loop for `agent` with a first user message; a worker picks it up."""
+    state = app_state(request)
+    loop = await state.lifecycle.start(
+        agent=body.agent, message=body.message, subject=body.subject, state=body.state
+    )
+    response.headers["Location"] = f"/v1/loops/{loop.id}"
+    return LoopOut.of(loop)
+
+
+@router.get("", summary="List loops, newest first", responses=problems.responses(400, 401, 422))
+async def list_loops(
+    request: Request,
+    status: Annotated[LoopStatus | None, Query(description="Only loops in this status.")] = None,
+    agent: Annotated[
+        CleanStr | None, Query(max_length=200, description="Only this agent's loops.")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[
+        str | None, Query(max_length=500, description="`next_cursor` of the previous page.")
+    ] = None,
+) -> Page[LoopOut]:
+    state = app_state(request)
+    after = pagination.decode(cursor) if cursor else None
+    async with connection(state.pool) as conn:
+        rows = await loops.list_(
+            conn,
+            status=str(status) if status else None,
+            agent=agent,
+            cursor=after,
+            limit=limit + 1,  # one extra row says whether another page exists
+        )
+    page = rows[:limit]
+    more = len(rows) > limit
+    nxt = pagination.encode(page[-1].created_at, page[-1].id) if more else None
+    return Page[LoopOut](items=[LoopOut.of(r) for r in page], next_cursor=nxt)
+
+
+@router.get("/{loop_id}", summary="Show a loop", responses=_READ)
+async def show_loop(loop_id: UUID, request: Request) -> LoopOut:
+    return LoopOut.of(await _get(app_state(request), loop_id))
+
+
+@router.get("/{loop_id}/messages", summary="The transcript", responses=_READ)
+async def transcript(
+    loop_id: UUID,
+    request: Request,
+    include_hidden: Annotated[
+        bool, Query(description="Also streaming partials and failed shells.")
+    ] = False,
+) -> Page[MessageOut]:
+    """Messages in order; assistant messages carry their tool calls and results."""
+    state = app_state(request)
+    async with connection(state.pool) as conn:
+        if await loops.get(conn, loop_id=loop_id) is None:
+            raise LoopNotFound(f"no loop {loop_id}")
+        msgs = await messages.list_(conn, loop_id=loop_id, include_hidden=include_hidden)
+        calls = await tool_calls.list_for_loop(conn, loop_id=loop_id)
+    return Page[MessageOut](items=render_messages(msgs, calls), next_cursor=None)
+
+
+@router.get("/{loop_id}/events", summary="Events and wire logs", responses=_READ)
+async def list_events(
+    loop_id: UUID,
+    request: Request,
+    after: Annotated[int, Query(ge=0, le=BIGINT, description="Event id to start after.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> Page[EventOut]:
+    """Oldest first; pass `next_cursor` back as `after`. Secrets are redacted at write."""
+    state = app_state(request)
+    async with connection(state.pool) as conn:
+        if await loops.get(conn, loop_id=loop_id) is None:
+            raise LoopNotFound(f"no loop {loop_id}")
+        rows = await events.list_(conn, loop_id=loop_id, after_id=after, limit=limit)
+    nxt = str(rows[-1].id) if len(rows) == limit else None
+    return Page[EventOut](items=[EventOut.of(e) for e in rows], next_cursor=nxt)
+
+
+@router.post("/{loop_id}/messages", summary="Append a user message and continue", responses=_CHANGE)
+async def append_message(loop_id: UUID, body: AppendMessage, request: Request) -> LoopOut:
+    """Only for a loop at rest (completed, failed, paused, stopped): 409 while it runs."""
+    return LoopOut.of(await app_state(request).lifecycle.append_message(loop_id, body.content))
+
+
+@router.post("/{loop_id}/pause", summary="Pause", responses=_CHANGE)
+async def pause(loop_id: UUID, request: Request) -> LoopOut:
+    """Cancel in-flight work and hold the loop; pausing a paused loop is a no-op."""
+    return LoopOut.of(await app_state(request).lifecycle.pause(loop_id))
+
+
+@router.post("/{loop_id}/resume", summary="Resume", responses=_CHANGE)
+async def resume(
+    loop_id: UUID, request: Request, body: Annotated[Resume | None, Body()] = None
+) -> LoopOut:
+    statuses = [str(s) for s in body.from_] if body and body.from_ is not None else None
+    return LoopOut.of(await app_state(request).lifecycle.resume(loop_id, from_=statuses))
+
+
+@router.post("/{loop_id}/stop", summary="Stop", responses=_CHANGE)
+async def stop(loop_id: UUID, request: Request) -> LoopOut:
+    """Force-stop: cancel in-flight work; stopping a stopped loop is a no-op."""
+    return LoopOut.of(await app_state(request).lifecycle.stop(loop_id))
+
+
+@router.post("/{loop_id}/freeze", summary="Freeze (workers skip it)", responses=_CHANGE)
+async def freeze(loop_id: UUID, request: Request) -> LoopOut:
+    return LoopOut.of(await app_state(request).lifecycle.freeze(loop_id))
+
+
+@router.post("/{loop_id}/unfreeze", summary="Unfreeze", responses=_CHANGE)
+async def unfreeze(loop_id: UUID, request: Request) -> LoopOut:
+    return LoopOut.of(await app_state(request).lifecycle.unfreeze(loop_id))
+
+
+@router.post("/{loop_id}/observe", summary="Publish live deltas for this loop", responses=_CHANGE)
+async def observe(
+    loop_id: UUID, request: Request, body: Annotated[Observe | None, Body()] = None
+) -> LoopOut:
+    observed = body.observed if body else True
+    return LoopOut.of(await app_state(request).lifecycle.observe(loop_id, observed))
+
+
+@router.get("/{loop_id}/approvals", summary="Tool calls waiting for a decision", responses=_READ)
+async def approvals(loop_id: UUID, request: Request) -> Page[ToolCallOut]:
+    state = app_state(request)
+    async with connection(state.pool) as conn:
+        if await loops.get(conn, loop_id=loop_id) is None:
+            raise LoopNotFound(f"no loop {loop_id}")
+        rows = await tool_calls.list_pending_approval(conn, loop_id=loop_id)
+    return Page[ToolCallOut](items=[ToolCallOut.of(c) for c in rows], next_cursor=None)

@@ -1,0 +1,321 @@
+"""GET /v1/loops/{id}/stream: Server-Sent Events fed by one shared LISTEN per process.
+
+The engine (in this process or any other) publishes JSON on the `agentd_stream` channel at
+commit: `delta` (streamed text), `message` (a committed message id), `status`, `approval`.
+`StreamHub` holds ONE listener connection and fans payloads out to per-loop queues; an SSE
+client never costs a database connection of its own while it waits.
+
+Event ids (for `Last-Event-ID` resumption):
+
+- `m<N>`: a `message` event; N is the message id.
+- `d<N>.<k>`, `s<N>.<k>`, `a<N>.<k>`: delta, status and approval events; N is the highest
+  message id sent on the stream so far, k a counter.
+
+On reconnect with `Last-Event-ID`, every visible message with id > N is sent, and so are
+the tool results after the newest assistant message with id <= N: the tool calls of one
+turn run in parallel and their results can commit out of id order, so one of them may
+arrive twice (its `id` tells); nothing committed is missed.
+Deltas are never replayed; the committed message that follows them carries the full text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import StreamingResponse
+
+from agentd import logs
+from agentd.api import problems
+from agentd.api.problems import ApiProblem
+from agentd.api.routes_loops import app_state
+from agentd.api.schemas import render_messages
+from agentd.db.listener import Listener
+from agentd.db.pool import connection
+from agentd.engine.states import LoopStatus
+from agentd.errors import DatabaseUnavailable, LoopNotFound
+from agentd.store import loops, messages, tool_calls
+from agentd.store.models import Loop, Message
+
+log = logs.get("agentd.api.streams")
+
+CHANNEL = "agentd_stream"
+#: The stream ends once the loop rests here (a person or a new message moves it on).
+END = frozenset({LoopStatus.COMPLETED, LoopStatus.FAILED, LoopStatus.STOPPED, LoopStatus.PAUSED})
+KEEPALIVE_SECONDS = 15.0
+QUEUE_SIZE = 1000
+_RESYNC: dict[str, Any] = {"type": "resync"}  # listener reconnected or a queue overflowed
+_EVENT_ID = re.compile(r"^[mdsa](\d{1,18})(?:\.\d{1,18})?$")
+
+router = APIRouter(tags=["streams"])
+
+
+@dataclass(eq=False)
+class Subscription:
+    loop_id: UUID
+    queue: asyncio.Queue[dict[str, Any]] = field(
+        default_factory=lambda: asyncio.Queue(maxsize=QUEUE_SIZE)
+    )
+
+    def push(self, item: dict[str, Any]) -> None:
+        try:
+            self.queue.put_nowait(item)
+        except asyncio.QueueFull:
+            # A stalled client: drop what is queued and re-read from the database instead.
+            while not self.queue.empty():
+                self.queue.get_nowait()
+            self.queue.put_nowait(_RESYNC)
+
+
+class StreamHub:
+    """One LISTEN connection per process, started with the first subscriber, closed after
+    the last one leaves."""
+
+    def __init__(self, url: str, *, connect_timeout: float = 5.0) -> None:
+        self.url = url
+        self.connect_timeout = connect_timeout
+        self._subs: dict[UUID, set[Subscription]] = {}
+        self._lock = asyncio.Lock()
+        self._listener: Listener | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop: asyncio.Event | None = None
+
+    def subscribers(self) -> int:
+        return sum(len(s) for s in self._subs.values())
+
+    def _on_notify(self, channel: str, payload: str) -> None:
+        try:
+            item = json.loads(payload)
+            loop_id = UUID(str(item["loop_id"]))
+        except (ValueError, KeyError, TypeError):
+            log.warning("stream.bad_payload", channel=channel)
+            return
+        for sub in self._subs.get(loop_id, ()):
+            sub.push(item)
+
+    def _resync_all(self) -> None:
+        for subs in self._subs.values():
+            for sub in subs:
+                sub.push(_RESYNC)
+
+    async def subscribe(self, loop_id: UUID) -> Subscription:
+        sub = Subscription(loop_id)
+        async with self._lock:
+            self._subs.setdefault(loop_id, set()).add(sub)
+            if self._task is None:
+                self._stop = asyncio.Event()
+                self._listener = Listener(
+                    self.url, [CHANNEL], self._on_notify, on_reconnect=self._resync_all
+                )
+                self._task = asyncio.create_task(
+                    self._listener.run(self._stop), name="stream-listener"
+                )
+            listener = self._listener
+        assert listener is not None
+        try:
+            # Listen before reading state, or a change in between would be missed.
+            async with asyncio.timeout(self.connect_timeout):
+                await listener.connected.wait()
+        except TimeoutError:
+            await self.unsubscribe(sub)
+            raise DatabaseUnavailable("cannot LISTEN for live events") from None
+        return sub
+
+    async def unsubscribe(self, sub: Subscription) -> None:
+        task = stop = None
+        async with self._lock:
+            subs = self._subs.get(sub.loop_id)
+            if subs is not None:
+                subs.discard(sub)
+                if not subs:
+                    del self._subs[sub.loop_id]
+            if not self._subs and self._task is not None:
+                task, stop = self._task, self._stop
+                self._task = self._stop = self._listener = None
+        if task is not None and stop is not None:
+            stop.set()
+            with contextlib.suppress(Exception):
+                await task
+
+
+def _frame(event: str, event_id: str, data: dict[str, Any]) -> str:
+    return f"id: {event_id}\nevent: {event}\ndata: {json.dumps(data, default=str)}\n\n"
+
+
+def _newest_assistant(rows: list[Message], at_most: int | None = None) -> int:
+    ids = [m.id for m in rows if m.role == "assistant" and (at_most is None or m.id <= at_most)]
+    return max(ids, default=0)
+
+
+class LoopStream:
+    """The frames of one SSE connection."""
+
+    def __init__(
+        self, request: Request, sub: Subscription, loop: Loop, resume_from: int | None
+    ) -> None:
+        self.state = app_state(request)
+        self.hub: StreamHub = request.app.state.stream_hub
+        self.sub = sub
+        self.loop = loop
+        self.resume_from = resume_from
+        # Every visible message with id <= floor has been sent (or predates the stream);
+        # above it, `sent` says which were. Tool results of one turn can commit out of id
+        # order, but never before their assistant message, hence the floor's definition.
+        self.floor = 0
+        self.sent: set[int] = set()
+        self.high = 0  # highest message id sent, the N of non-message event ids
+        self.counter = 0
+        self.status = loop.status
+
+    def _next_id(self, kind: str) -> str:
+        self.counter += 1
+        return f"{kind}{self.high}.{self.counter}"
+
+    async def _catch_up(self) -> list[str]:
+        async with connection(self.state.pool) as conn:
+            rows = await messages.list_after(conn, loop_id=self.loop.id, after_id=self.floor)
+            fresh = [m for m in rows if m.id not in self.sent]
+            calls = await tool_calls.list_for_loop(conn, loop_id=self.loop.id) if fresh else []
+        frames = []
+        for out in render_messages(fresh, calls):
+            self.sent.add(out.id)
+            self.high = max(self.high, out.id)
+            frames.append(_frame("message", f"m{out.id}", out.model_dump(mode="json")))
+        newest = _newest_assistant(rows)
+        if newest > self.floor:
+            self.floor = newest
+            self.sent = {i for i in self.sent if i > newest}
+        return frames
+
+    def _status_frame(self, status: str, **extra: Any) -> str:
+        self.status = status
+        data = {"status": status, **{k: v for k, v in extra.items() if v is not None}}
+        return _frame("status", self._next_id("s"), data)
+
+    async def frames(self) -> AsyncIterator[str]:
+        try:
+            async for frame in self._frames():
+                yield frame
+        finally:
+            await self.hub.unsubscribe(self.sub)
+
+    async def _frames(self) -> AsyncIterator[str]:
+        async with connection(self.state.pool) as conn:
+            rows = await messages.list_(conn, loop_id=self.loop.id)
+        if self.resume_from is None:
+            self.floor = _newest_assistant(rows)
+            self.sent = {m.id for m in rows if m.id > self.floor}
+            self.high = max((m.id for m in rows), default=0)
+        else:
+            self.floor = _newest_assistant(rows, at_most=self.resume_from)
+            # Only tool results commit out of id order: anything else up to N was sent.
+            self.sent = {
+                m.id for m in rows if self.floor < m.id <= self.resume_from and m.role != "tool"
+            }
+            self.high = self.resume_from
+            for frame in await self._catch_up():
+                yield frame
+        loop = self.loop
+        yield self._status_frame(loop.status, reason=loop.status_reason, error=loop.error_message)
+        if loop.status in END:
+            return
+        while True:
+            try:
+                item = await asyncio.wait_for(self.sub.queue.get(), KEEPALIVE_SECONDS)
+            except TimeoutError:
+                yield ": keep-alive\n\n"
+                continue
+            kind = item.get("type")
+            if kind == "delta":
+                data = {"message_id": item.get("message_id"), "delta": item.get("delta", "")}
+                if item.get("truncated"):
+                    data["truncated"] = True
+                yield _frame("delta", self._next_id("d"), data)
+            elif kind == "message":
+                for frame in await self._catch_up():
+                    yield frame
+            elif kind == "approval":
+                data = {k: v for k, v in item.items() if k not in ("type", "loop_id")}
+                yield _frame("approval", self._next_id("a"), data)
+            elif kind == "status" or item is _RESYNC:
+                for frame in await self._catch_up():
+                    yield frame
+                if item is _RESYNC:
+                    async with connection(self.state.pool) as conn:
+                        row = await loops.get(conn, loop_id=self.loop.id)
+                    if row is None:
+                        return
+                    status, extra = row.status, {"reason": row.status_reason}
+                    if status == self.status:
+                        continue
+                else:
+                    status = str(item.get("status"))
+                    extra = {
+                        "reason": item.get("reason"),
+                        "error": item.get("error"),
+                        "tool_call_id": item.get("tool_call_id"),
+                    }
+                yield self._status_frame(status, **extra)
+                if status in END:
+                    return
+
+
+def _parse_last_event_id(value: str | None) -> int | None:
+    if value is None or not value.strip():
+        return None
+    m = _EVENT_ID.match(value.strip())
+    if m is None:
+        raise ApiProblem(
+            400,
+            "Last-Event-ID is not an id this stream sent (m<N>, d<N>.<k>, s<N>.<k>, a<N>.<k>)",
+            problem_type="invalid-last-event-id",
+        )
+    return int(m.group(1))
+
+
+@router.get(
+    "/loops/{loop_id}/stream",
+    summary="Live events (Server-Sent Events)",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "An SSE stream: `status`, `delta`, `message`, `approval` events.",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        **problems.responses(400, 401, 404, 422, 503),
+    },
+)
+async def stream(
+    loop_id: UUID,
+    request: Request,
+    last_event_id: Annotated[
+        str | None,
+        Header(alias="Last-Event-ID", max_length=100, description="Resume after this event."),
+    ] = None,
+) -> StreamingResponse:
+    """Turns on `observed` for the loop; ends when it completes, fails, stops or pauses."""
+    resume_from = _parse_last_event_id(last_event_id)
+    state = app_state(request)
+    async with connection(state.pool) as conn:
+        if await loops.get(conn, loop_id=loop_id) is None:
+            raise LoopNotFound(f"no loop {loop_id}")
+    hub: StreamHub = request.app.state.stream_hub
+    sub = await hub.subscribe(loop_id)
+    try:
+        loop = await state.lifecycle.observe(loop_id, True)
+    except BaseException:
+        await hub.unsubscribe(sub)
+        raise
+    frames = LoopStream(request, sub, loop, resume_from).frames()
+    return StreamingResponse(
+        frames,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

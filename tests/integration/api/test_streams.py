@@ -1,0 +1,187 @@
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from agentd.testing.engine import eventually
+from agentd.testing.fake_llm import FakeLLM, Reply, Rule, ToolCall
+
+TOKEN = "operator-token-for-tests"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+ANSWER = "The sum of one and two is three, as you can see. " * 3
+
+
+@contextlib.asynccontextmanager
+async def worker_process(database_url: str, tmp_path: Path) -> AsyncIterator[None]:
+    config = tmp_path / "agentd.toml"
+    config.write_text('[agents.calc]\nclass = "agentd.testing.agents:CalcAgent"\n')
+    env = {
+        **os.environ,
+        "AGENTD_DATABASE_URL": database_url,
+        "AGENTD_HEARTBEAT_INTERVAL": "0.2",
+        "AGENTD_LEASE_MARGIN": "2",
+        "AGENTD_POLL_INTERVAL": "0.2",
+        "AGENTD_STREAM_FLUSH_INTERVAL": "0.05",
+        "AGENTD_SHUTDOWN_GRACE": "1",
+        "AGENTD_LOG_LEVEL": "warning",
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agentd", "--config", str(config), "worker", env=env
+    )
+    try:
+        yield
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=15)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+
+async def read_events(
+    client: httpx.AsyncClient, lid: str, headers: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Every SSE event of one connection, until the server ends the stream."""
+    events: list[dict[str, Any]] = []
+    current: dict[str, Any] = {}
+    async with client.stream("GET", f"/v1/loops/{lid}/stream", headers=headers) as r:
+        assert r.status_code == 200, await r.aread()
+        assert r.headers["content-type"].startswith("text/event-stream")
+        async for line in r.aiter_lines():
+            if not line:
+                if current:
+                    events.append(current)
+                current = {}
+            elif line.startswith(":"):
+                continue
+            else:
+                key, _, value = line.partition(": ")
+                current[key] = json.loads(value) if key == "data" else value
+    return events
+
+
+def script(fake: FakeLLM) -> None:
+    slow = {"chunk_size": 6, "chunk_delay": 0.03}
+    fake.add(
+        Rule(
+            match=lambda last: last.role == "user",
+            reply=Reply(
+                content="Let me add those numbers for you.",
+                tool_calls=[ToolCall("add", {"a": 1, "b": 2})],
+                **slow,
+            ),
+        )
+    )
+    fake.add(Rule(match=lambda last: last.role == "tool", reply=Reply(content=ANSWER, **slow)))
+
+
+@pytest.mark.slow
+async def test_stream_follows_a_loop_run_by_a_worker_in_another_process(
+    app: FastAPI, live_server, fake_llm: FakeLLM, database_url: str, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    script(fake_llm)
+    async with (
+        live_server(app) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=AUTH, timeout=30) as client,
+    ):
+        r = await client.post(
+            "/v1/loops",
+            json={
+                "agent": "calc",
+                "message": "add 1 and 2",
+                "state": {"llm": fake_llm.base_url, "stream": True},
+            },
+        )
+        lid = r.json()["id"]
+        reader = asyncio.create_task(read_events(client, lid))
+
+        async def observed() -> bool:
+            return (await client.get(f"/v1/loops/{lid}")).json()["observed"]
+
+        await eventually(observed)  # the stream is connected before any turn is claimed
+        async with worker_process(database_url, tmp_path):
+            events = await asyncio.wait_for(reader, timeout=60)
+
+        kinds = [e["event"] for e in events]
+        assert kinds[0] == "status" and events[0]["data"]["status"] == "queued"
+        assert events[-1]["event"] == "status" and events[-1]["data"]["status"] == "completed"
+        messages = [e["data"] for e in events if e["event"] == "message"]
+        assert [m["role"] for m in messages] == ["assistant", "tool", "assistant"]
+        assert messages[0]["tool_calls"][0]["name"] == "add"
+        assert messages[1]["content"] == "3" and messages[2]["content"] == ANSWER
+        final_id = messages[2]["id"]
+        deltas = [e["data"] for e in events if e["event"] == "delta"]
+        final_deltas = "".join(d["delta"] for d in deltas if d["message_id"] == final_id)
+        assert len([d for d in deltas if d["message_id"] == final_id]) >= 2
+        assert final_deltas and ANSWER.startswith(final_deltas)
+        # Deltas of a message come before the message itself.
+        last_delta = max(i for i, e in enumerate(events) if e["event"] == "delta")
+        last_message = max(i for i, e in enumerate(events) if e["event"] == "message")
+        assert last_delta < last_message
+        ids = [e["id"] for e in events]
+        assert len(ids) == len(set(ids))
+        assert [e["id"] for e in events if e["event"] == "message"] == [
+            f"m{m['id']}" for m in messages
+        ]
+
+        # Resume after the first message: the rest is replayed, then the final status.
+        first = next(e for e in events if e["event"] == "message")
+        resumed = await read_events(client, lid, {"Last-Event-ID": first["id"]})
+        assert [e["event"] for e in resumed] == ["message", "message", "status"]
+        assert [e["data"]["role"] for e in resumed[:2]] == ["tool", "assistant"]
+        assert resumed[-1]["data"]["status"] == "completed"
+
+        # Resume from the initial status event: every message after it is replayed.
+        resumed = await read_events(client, lid, {"Last-Event-ID": events[0]["id"]})
+        assert [e["data"]["role"] for e in resumed if e["event"] == "message"] == [
+            "assistant",
+            "tool",
+            "assistant",
+        ]
+        r = await client.get(f"/v1/loops/{lid}/stream", headers={"Last-Event-ID": "zzz"})
+        assert r.status_code == 400
+    assert app.state.stream_hub.subscribers() == 0
+
+
+async def test_stream_of_a_paused_loop_sends_its_status_and_ends(
+    client: httpx.AsyncClient,
+) -> None:
+    r = await client.post("/v1/loops", json={"agent": "calc", "message": "hi"})
+    lid = r.json()["id"]
+    await client.post(f"/v1/loops/{lid}/pause")
+    r = await client.get(f"/v1/loops/{lid}/stream")
+    assert r.status_code == 200
+    assert "event: status" in r.text and '"status": "paused"' in r.text
+    assert (await client.get(f"/v1/loops/{lid}")).json()["observed"] is True
+
+
+async def test_stream_ends_when_the_loop_is_stopped_over_rest(
+    client: httpx.AsyncClient, app: FastAPI
+) -> None:
+    r = await client.post("/v1/loops", json={"agent": "calc", "message": "hi"})
+    lid = r.json()["id"]
+    reader = asyncio.create_task(client.get(f"/v1/loops/{lid}/stream"))
+
+    async def subscribed() -> bool:
+        return app.state.stream_hub.subscribers() == 1
+
+    await eventually(subscribed)
+    assert (await client.post(f"/v1/loops/{lid}/stop")).status_code == 200
+    r = await asyncio.wait_for(reader, timeout=10)
+    frames = [f for f in r.text.split("\n\n") if f.strip()]
+    assert '"status": "queued"' in frames[0]
+    assert '"status": "stopped"' in frames[-1] and "stopped_by_user" in frames[-1]
+    assert app.state.stream_hub.subscribers() == 0
