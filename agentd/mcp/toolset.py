@@ -1,8 +1,9 @@
 """`Toolset`: an in-process MCP server declared with decorators; it is its own transport.
 
-`deliver` (and the transport-free `handle`) dispatch initialize / notifications / ping /
-tools/list / tools/call / prompts/list / prompts/get. The JSON boundary is kept: the payload
-is serialised and parsed again, so local and remote behaviour cannot drift.
+`deliver` (and the transport-free `handle`) dispatch initialize / server/discover /
+notifications / ping / tools/list / tools/call / prompts/list / prompts/get. The JSON
+boundary is kept: the payload is serialised and parsed again, so local and remote
+behaviour cannot drift.
 """
 
 from __future__ import annotations
@@ -188,6 +189,8 @@ class Toolset:
             minted = None
             if method == "initialize":
                 result, minted = await self._initialize(params, ctx)
+            elif method == "server/discover":
+                result = self._discover()
             elif method == "ping":
                 result = {}
             elif method == "tools/list":
@@ -206,6 +209,27 @@ class Toolset:
 
     # -- methods -----------------------------------------------------------------------
 
+    def capabilities(self) -> dict[str, Any]:
+        """What this toolset serves; `prompts` only when prompts are declared."""
+        capabilities: dict[str, Any] = {"tools": {"listChanged": False}}
+        if self.prompts:
+            capabilities["prompts"] = {"listChanged": False}
+        return capabilities
+
+    def server_info(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version}
+
+    def _discover(self) -> dict[str, Any]:
+        # The 2026-07-28 probe: no session, so nothing is minted and on_initialize is not run.
+        result: dict[str, Any] = {
+            "supportedVersions": [eras.MODERN_VERSION],
+            "capabilities": self.capabilities(),
+        }
+        if self.instructions:
+            result["instructions"] = self.instructions
+        result["_meta"] = {eras.META_SERVER_INFO: self.server_info()}
+        return result
+
     async def _initialize(
         self, params: dict[str, Any], ctx: CallContext
     ) -> tuple[dict[str, Any], str | None]:
@@ -213,13 +237,10 @@ class Toolset:
         version = (
             requested if requested in eras.HANDSHAKE_VERSIONS else eras.LATEST_HANDSHAKE_VERSION
         )
-        capabilities: dict[str, Any] = {"tools": {"listChanged": False}}
-        if self.prompts:
-            capabilities["prompts"] = {"listChanged": False}
         result: dict[str, Any] = {
             "protocolVersion": version,
-            "capabilities": capabilities,
-            "serverInfo": {"name": self.name, "version": self.version},
+            "capabilities": self.capabilities(),
+            "serverInfo": self.server_info(),
         }
         if self.instructions:
             result["instructions"] = self.instructions

@@ -63,27 +63,60 @@ async def insert_inbound(
     session_id: str,
     principal: str | None,
     protocol_version: str | None,
-) -> dict[str, Any]:
-    return dict(
-        await conn.fetchrow(
-            sql("mcp_inbound_session_insert"), server_name, session_id, principal, protocol_version
-        )
+) -> dict[str, Any] | None:
+    """The new row, or None when `session_id` is already taken (by any server)."""
+    rec = await conn.fetchrow(
+        sql("mcp_inbound_session_insert"), server_name, session_id, principal, protocol_version
     )
+    return dict(rec) if rec else None
+
+
+async def upsert_stateless_inbound(
+    conn: Connection,
+    *,
+    server_name: str,
+    session_id: str,
+    principal: str | None,
+    protocol_version: str | None,
+) -> dict[str, Any]:
+    rec = await conn.fetchrow(
+        sql("mcp_inbound_session_upsert_stateless"),
+        server_name,
+        session_id,
+        principal,
+        protocol_version,
+    )
+    return dict(rec)
 
 
 async def touch_inbound(
-    conn: Connection, *, server_name: str, session_id: str
+    conn: Connection, *, server_name: str, session_id: str, principal: str | None
 ) -> dict[str, Any] | None:
-    rec = await conn.fetchrow(sql("mcp_inbound_session_touch"), server_name, session_id)
+    rec = await conn.fetchrow(sql("mcp_inbound_session_touch"), server_name, session_id, principal)
     return dict(rec) if rec else None
 
 
 async def terminate_inbound(
-    conn: Connection, *, server_name: str, session_id: str
+    conn: Connection, *, server_name: str, session_id: str, principal: str | None
 ) -> dict[str, Any] | None:
-    rec = await conn.fetchrow(sql("mcp_inbound_session_terminate"), server_name, session_id)
+    rec = await conn.fetchrow(
+        sql("mcp_inbound_session_terminate"), server_name, session_id, principal
+    )
     return dict(rec) if rec else None
 
 
 async def prune_inbound(conn: Connection, *, cutoff: datetime, batch: int) -> int:
     return int(await conn.fetchval(sql("mcp_inbound_session_prune"), cutoff, batch))
+
+
+async def list_inbound(
+    conn: Connection, *, before_id: int | None, limit: int
+) -> list[dict[str, Any]]:
+    """Inbound sessions, newest first; `before_id` is the keyset cursor."""
+    rows = await conn.fetch(sql("mcp_inbound_session_list"), before_id, limit)
+    return [dict(r) for r in rows]
+
+
+async def get_inbound(conn: Connection, *, inbound_id: int) -> dict[str, Any] | None:
+    rec = await conn.fetchrow(sql("mcp_inbound_session_get"), inbound_id)
+    return dict(rec) if rec else None

@@ -20,14 +20,20 @@ UPDATE mcp_sessions SET session_id = $3, updated_at = now()
 WHERE loop_id = $1 AND mcp_name = $2;
 
 -- name: mcp_tool_replace :exec
--- ToolDiscovery; replaces a loop's advertised tools.
+-- ToolDiscovery; replaces a loop's advertised tools. Runs again when a first turn is
+-- retried (reaped, released), so names already present are updated in place: a CTE's
+-- DELETE is invisible to the INSERT beside it, which would hit the unique (loop_id, name).
 -- $1 loop_id uuid · $2 session_ids bigint[] · $3 names text[] · $4 remote_names text[] · $5 descriptions text[] · $6 schemas jsonb[] · $7 approvals bool[]
-WITH d AS (DELETE FROM mcp_tools WHERE loop_id = $1)
+WITH d AS (DELETE FROM mcp_tools WHERE loop_id = $1 AND name <> ALL($3::text[]))
 INSERT INTO mcp_tools (loop_id, mcp_session_id, name, remote_name, description, input_schema,
                        requires_approval)
 SELECT $1, s, n, r, d, sc, a
 FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::bool[])
-     AS x(s, n, r, d, sc, a);
+     AS x(s, n, r, d, sc, a)
+ON CONFLICT (loop_id, name) DO UPDATE
+SET mcp_session_id = EXCLUDED.mcp_session_id, remote_name = EXCLUDED.remote_name,
+    description = EXCLUDED.description, input_schema = EXCLUDED.input_schema,
+    requires_approval = EXCLUDED.requires_approval;
 
 -- name: mcp_tool_list :many
 -- NetworkCalling (advertise) and ToolExecution (resolve); no fence.
@@ -37,24 +43,37 @@ FROM mcp_tools t JOIN mcp_sessions s ON s.id = t.mcp_session_id
 WHERE t.loop_id = $1 ORDER BY t.id;
 
 -- name: mcp_inbound_session_insert :one
--- Mounted MCP endpoint on initialize.
+-- Mounted MCP endpoint on initialize; a session id already taken returns nothing.
 -- $1 server_name text · $2 session_id text · $3 principal text · $4 protocol_version text
 INSERT INTO mcp_inbound_sessions (server_name, session_id, principal, protocol_version)
 VALUES ($1, $2, $3, $4)
+ON CONFLICT (session_id) DO NOTHING
+RETURNING *;
+
+-- name: mcp_inbound_session_upsert_stateless :one
+-- Mounted MCP endpoint, 2026-07-28 era: the per-principal, per-day pseudo-session that
+-- ties stateless requests' events together; never terminated, pruned by age like the rest.
+-- $1 server_name text · $2 session_id text · $3 principal text · $4 protocol_version text
+INSERT INTO mcp_inbound_sessions (server_name, session_id, principal, protocol_version)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (session_id) DO UPDATE SET last_used_at = now()
 RETURNING *;
 
 -- name: mcp_inbound_session_touch :one
--- Mounted MCP endpoint on every request; unknown or terminated sessions return nothing.
--- $1 server_name text · $2 session_id text
+-- Mounted MCP endpoint on every request; unknown, terminated or another principal's
+-- sessions return nothing.
+-- $1 server_name text · $2 session_id text · $3 principal text
 UPDATE mcp_inbound_sessions SET last_used_at = now()
 WHERE server_name = $1 AND session_id = $2 AND terminated_at IS NULL
+  AND principal IS NOT DISTINCT FROM $3
 RETURNING *;
 
 -- name: mcp_inbound_session_terminate :one
--- Mounted MCP endpoint on DELETE; the row is kept for audit.
--- $1 server_name text · $2 session_id text
-UPDATE mcp_inbound_sessions SET terminated_at = now()
+-- Mounted MCP endpoint on DELETE; the row is kept for audit. Same match as touch.
+-- $1 server_name text · $2 session_id text · $3 principal text
+UPDATE mcp_inbound_sessions SET terminated_at = now(), last_used_at = now()
 WHERE server_name = $1 AND session_id = $2 AND terminated_at IS NULL
+  AND principal IS NOT DISTINCT FROM $3
 RETURNING *;
 
 -- name: mcp_inbound_session_prune :val
@@ -68,3 +87,16 @@ WITH s AS (
     DELETE FROM mcp_inbound_sessions WHERE id IN (SELECT id FROM s) RETURNING 1
 )
 SELECT count(*)::bigint FROM d;
+
+-- name: mcp_inbound_session_list :many
+-- Admin: inbound MCP sessions, newest first, keyset on the primary key; no fence.
+-- $1 before_id bigint|null · $2 limit int
+SELECT * FROM mcp_inbound_sessions
+WHERE ($1::bigint IS NULL OR id < $1)
+ORDER BY id DESC
+LIMIT $2;
+
+-- name: mcp_inbound_session_get :one
+-- Admin: one inbound MCP session; no fence.
+-- $1 id bigint
+SELECT * FROM mcp_inbound_sessions WHERE id = $1;
