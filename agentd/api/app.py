@@ -17,6 +17,7 @@ from agentd.api import (
     problems,
     routes_approvals,
     routes_loops,
+    routes_schedules,
     streams,
 )
 from agentd.api.state import AppState
@@ -53,6 +54,7 @@ def create_app(state: AppState) -> FastAPI:
     v1.include_router(streams.router)
     v1.include_router(routes_approvals.router)
     v1.include_router(routes_approvals.agents_router)
+    v1.include_router(routes_schedules.router)
     app.include_router(v1)
     _add_docs(app)
 

@@ -125,33 +125,55 @@ class Lifecycle:
         title: str | None = None,
         observe: bool = False,
     ) -> Loop:
+        async with transaction(self.pool) as conn:
+            return await self.start_in(
+                conn,
+                agent=agent,
+                message=message,
+                subject=subject,
+                state=state,
+                title=title,
+                observe=observe,
+            )
+
+    async def start_in(
+        self,
+        conn: Connection,
+        *,
+        agent: str,
+        message: str,
+        subject: str | None = None,
+        state: dict[str, Any] | None = None,
+        title: str | None = None,
+        observe: bool = False,
+    ) -> Loop:
+        """Start a loop inside the caller's transaction (the scheduler's tick uses this)."""
         self.registry.get(agent)  # UnknownAgent before anything is written
         if not isinstance(message, str) or not message.strip():
             raise BadRequest("message must be a non-empty string")
         token = uuid.uuid4()
-        async with transaction(self.pool) as conn:
-            loop = await loops.insert(
-                conn,
-                agent=agent,
-                subject=subject,
-                state=state or {},
-                execution_token=token,
-                title=title,
-                observed=observe,
-            )
-            await messages.insert(conn, loop_id=loop.id, role="user", content=message)
-            await dispatch.enqueue_llm(
-                conn,
-                None,
-                loop_id=loop.id,
-                generation=token,
-                lease_seconds=self._lease(agent),
-                notify=True,
-            )
-            await events.insert_many(
-                conn,
-                [NewEvent(name="loop.started", loop_id=loop.id, reason=TransitionReason.STARTED)],
-            )
+        loop = await loops.insert(
+            conn,
+            agent=agent,
+            subject=subject,
+            state=state or {},
+            execution_token=token,
+            title=title,
+            observed=observe,
+        )
+        await messages.insert(conn, loop_id=loop.id, role="user", content=message)
+        await dispatch.enqueue_llm(
+            conn,
+            None,
+            loop_id=loop.id,
+            generation=token,
+            lease_seconds=self._lease(agent),
+            notify=True,
+        )
+        await events.insert_many(
+            conn,
+            [NewEvent(name="loop.started", loop_id=loop.id, reason=TransitionReason.STARTED)],
+        )
         return loop
 
     async def append_message(self, loop_id: uuid.UUID, content: str) -> Loop:

@@ -20,6 +20,7 @@ from agentd.engine.lease_renewer import LeaseRenewer
 from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.reaper import Reaper
 from agentd.engine.runtime import Runtime
+from agentd.engine.scheduler import Scheduler
 from agentd.engine.worker import Worker
 from agentd.pipeline.stacks import Stacks
 from agentd.registry import AgentRegistry
@@ -81,6 +82,7 @@ class Engine:
         self.reaper = Reaper(self.settings, self.pool)
         self.janitor = Janitor(self.settings, self.pool)
         self.lifecycle = Lifecycle(self.pool, self.registry, self.settings)
+        self.scheduler = Scheduler(self.settings, self.pool, self.lifecycle)
         self.started = asyncio.Event()
 
     @property
@@ -94,6 +96,8 @@ class Engine:
             self.worker.on_control(payload)
 
     async def run(self, stop: asyncio.Event) -> None:
+        if "maintenance" in self.queues and self.settings.schedules:
+            await self.scheduler.sync_config(self.settings.schedules)
         await self.renewer.connect()
         missing = await unconsumed_queues(self.pool)
         if missing:
@@ -118,6 +122,7 @@ class Engine:
                     tg.create_task(self.reaper.run_liveness(services_stop), name="liveness")
                     tg.create_task(self.reaper.run(services_stop), name="reaper")
                     tg.create_task(self.janitor.run(services_stop), name="janitor")
+                    tg.create_task(self.scheduler.run(services_stop), name="scheduler")
                 self.started.set()
 
                 async def work() -> None:
