@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agentd.engine.scheduler import parse_spec
 from agentd.registry import agent_from_config
 
 DOCS = [
@@ -36,3 +37,5 @@ def test_toml_snippet_is_valid(where: str, text: str) -> None:
     data = tomllib.loads(text)
     for name, raw in data.get("agents", {}).items():
         agent_from_config(name, raw)
+    for name, raw in data.get("schedules", {}).items():
+        parse_spec(name, raw)
