@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from agentd import __about__
+from agentd import __about__, admin
 from agentd.api import (
     auth,
     body_limit,
@@ -59,8 +59,7 @@ def create_app(state: AppState) -> FastAPI:
     _add_docs(app)
 
     mounts.mount_all(app, state)
-    # The admin UI (/admin) is added here by its own router when it lands; it must depend
-    # on auth (see tests/integration/api/test_auth.py, which enumerates every route).
+    admin.mount(app, state)  # its own cookie+CSRF auth; enumerated by test_auth.py too
 
     app.add_middleware(body_limit.BodyLimit, limit=state.settings.max_body_bytes)
     app.add_middleware(problems.CatchAll)

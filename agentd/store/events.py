@@ -73,3 +73,22 @@ async def control(conn: Connection, payload: dict[str, object]) -> None:
     import json
 
     await conn.execute(sql("event_control"), json.dumps(payload, default=str))
+
+
+async def activity_per_minute(conn: Connection, *, window: float) -> list[dict[str, object]]:
+    """{minute, turns, tool_calls, failures} per minute with any, over the last `window` s."""
+    return [dict(r) for r in await conn.fetch(sql("event_activity_per_minute"), window)]
+
+
+async def failure_reasons(
+    conn: Connection, *, window: float, limit: int = 20
+) -> list[dict[str, object]]:
+    """{reason, n, last_at, last_log, last_loop_id} of loop failures in the last `window` s."""
+    return [dict(r) for r in await conn.fetch(sql("event_failure_reasons"), window, limit)]
+
+
+async def list_for_inbound(
+    conn: Connection, *, inbound_session_id: int, after_id: int = 0, limit: int = 100
+) -> list[Event]:
+    rows = await conn.fetch(sql("event_list_for_inbound"), inbound_session_id, after_id, limit)
+    return [Event.from_record(r) for r in rows]

@@ -143,3 +143,34 @@ async def count_by_status(conn: Connection) -> list[tuple[str, str, int]]:
     return [
         (r["status"], r["agent"], r["n"]) for r in await conn.fetch(sql("loop_count_by_status"))
     ]
+
+
+async def search(
+    conn: Connection,
+    *,
+    status: str | None,
+    agent: str | None,
+    pattern: str,
+    id_range: tuple[UUID, UUID] | None,
+    cursor: tuple[datetime, UUID] | None,
+    limit: int,
+) -> list[Loop]:
+    """Loops whose subject or title matches `pattern` (ILIKE) or whose id is in `id_range`."""
+    lo, hi = id_range if id_range else (None, None)
+    c_at, c_id = cursor if cursor else (None, None)
+    rows = await conn.fetch(sql("loop_search"), status, agent, pattern, lo, hi, c_at, c_id, limit)
+    return [Loop.from_record(r) for r in rows]
+
+
+async def count_by_status_capped(
+    conn: Connection, *, statuses: list[str], cap: int
+) -> dict[str, int]:
+    """Per-status counts, each stopping at `cap` (a count equal to `cap` means "at least")."""
+    rows = await conn.fetch(sql("loop_count_by_status_capped"), statuses, cap)
+    return {r["status"]: r["n"] for r in rows}
+
+
+async def estimate_total(conn: Connection) -> int | None:
+    """The planner's estimate of the number of loops, or None before the first ANALYZE."""
+    n = await conn.fetchval(sql("loop_estimate_total"))
+    return int(n) if n is not None and n >= 0 else None

@@ -32,3 +32,34 @@ SELECT pg_notify('agentd_stream', $1);
 -- Lifecycle (pause/stop/freeze): tells every worker to cancel the loop's in-flight turn.
 -- $1 payload text (JSON)
 SELECT pg_notify('agentd_control', $1);
+
+-- name: event_activity_per_minute :many
+-- Admin dashboard: turns, tool results and failures per minute over a recent window, a range
+-- scan of events_created; no fence.
+-- $1 window_seconds float
+SELECT date_trunc('minute', created_at) AS minute,
+       count(*) FILTER (WHERE name IN ('turn.completed', 'turn.tool_calls'))::bigint AS turns,
+       count(*) FILTER (WHERE name = 'tool_call.completed')::bigint AS tool_calls,
+       count(*) FILTER (WHERE name = 'loop.failed')::bigint AS failures
+FROM events
+WHERE created_at >= now() - make_interval(secs => $1)
+GROUP BY 1
+ORDER BY 1;
+
+-- name: event_failure_reasons :many
+-- Admin dashboard: loop failures over a recent window grouped by reason, with the newest
+-- message and loop of each; a range scan of events_created; no fence.
+-- $1 window_seconds float · $2 limit int
+SELECT coalesce(reason, 'unknown') AS reason, count(*)::bigint AS n, max(created_at) AS last_at,
+       (array_agg(log ORDER BY id DESC))[1] AS last_log,
+       (array_agg(loop_id ORDER BY id DESC))[1] AS last_loop_id
+FROM events
+WHERE name = 'loop.failed' AND created_at >= now() - make_interval(secs => $1)
+GROUP BY 1
+ORDER BY n DESC, last_at DESC
+LIMIT $2;
+
+-- name: event_list_for_inbound :many
+-- Admin: an inbound MCP session's event history (events_inbound); keyset by id; no fence.
+-- $1 inbound_session_id bigint · $2 after_id bigint · $3 limit int
+SELECT * FROM events WHERE inbound_session_id = $1 AND id > $2 ORDER BY id LIMIT $3;

@@ -68,20 +68,25 @@ RETURNING *;
 
 -- name: loop_lease_renew_many :many
 -- LeaseRenewer, one statement per tick; fence: status running AND execution_token matches.
+-- A turn that already finalized into its tool phase (lease cleared) is reported kept but
+-- gets no lease back: the tick can land between that commit and the turn unregistering.
 -- $1 ids uuid[] · $2 tokens uuid[]
 UPDATE loops AS l
-SET lease_expires_at = now() + make_interval(secs => l.lease_seconds)
+SET lease_expires_at = CASE WHEN l.lease_expires_at IS NULL THEN NULL
+                            ELSE now() + make_interval(secs => l.lease_seconds) END
 FROM unnest($1::uuid[], $2::uuid[]) AS r(id, token)
 WHERE l.id = r.id AND l.execution_token = r.token AND l.status = 'running'
 RETURNING l.id;
 
 -- name: loop_release_leases :exec
--- Graceful shutdown: give this worker's unfinished turns back at once; fence: tokens match.
+-- Graceful shutdown: give this worker's unfinished turns back at once; fence: tokens match
+-- and the turn still holds its lease (a finalized turn's tool phase is not a turn to redo).
 -- $1 ids uuid[] · $2 tokens uuid[]
 WITH r AS (
     SELECT l.id FROM loops l
     JOIN unnest($1::uuid[], $2::uuid[]) AS x(id, token)
       ON l.id = x.id AND l.execution_token = x.token AND l.status = 'running'
+         AND l.lease_expires_at IS NOT NULL
     FOR UPDATE OF l
 ), u AS (
     UPDATE loops SET status = 'queued', execution_token = gen_random_uuid(),
@@ -176,3 +181,28 @@ SELECT id FROM u;
 -- name: loop_count_by_status :many
 -- Dashboard and metrics; no fence.
 SELECT status, agent, count(*)::bigint AS n FROM loops GROUP BY status, agent;
+
+-- name: loop_search :many
+-- Admin loops list with a text filter: subject/title ILIKE, or an id range (a hex prefix of
+-- the id, padded); newest first on loops_created, keyset cursor (created_at, id); no fence.
+-- $1 status text|null · $2 agent text|null · $3 pattern text (ILIKE, escaped) · $4 id_low uuid|null · $5 id_high uuid|null · $6 cursor_created_at timestamptz|null · $7 cursor_id uuid|null · $8 limit int
+SELECT * FROM loops
+WHERE ($1::text IS NULL OR status = $1)
+  AND ($2::text IS NULL OR agent = $2)
+  AND (subject ILIKE $3 OR title ILIKE $3 OR id BETWEEN $4::uuid AND $5::uuid)
+  AND ($6::timestamptz IS NULL OR (created_at, id) < ($6, $7))
+ORDER BY created_at DESC, id DESC
+LIMIT $8;
+
+-- name: loop_count_by_status_capped :many
+-- Admin dashboard and loops list: per-status counts that stop at a cap, each an index-only
+-- scan of loops_status_created, so a page load never counts every loop; no fence.
+-- $1 statuses text[] · $2 cap int
+SELECT s.status,
+       (SELECT count(*) FROM (SELECT 1 FROM loops l WHERE l.status = s.status LIMIT $2) x)::bigint
+           AS n
+FROM unnest($1::text[]) AS s(status);
+
+-- name: loop_estimate_total :val
+-- Admin dashboard: the planner's row estimate for loops (-1 before the first ANALYZE); no fence.
+SELECT reltuples::bigint FROM pg_class WHERE oid = 'loops'::regclass;

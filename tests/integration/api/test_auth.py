@@ -12,6 +12,9 @@ from agentd.api.app import create_app
 from agentd.api.state import AppState
 
 PUBLIC = {"/healthz", "/readyz"}
+# The admin login form and its static assets are reachable without a token by design.
+ADMIN_PUBLIC = {("GET", "/admin/login"), ("POST", "/admin/login"), ("POST", "/admin/logout"),
+                ("GET", "/admin/static/")}
 
 
 def _concrete(path: str) -> str:
@@ -55,6 +58,8 @@ async def test_every_route_but_the_probes_refuses_a_missing_or_wrong_token(
                 if path in PUBLIC:
                     assert r.status_code in (200, 503), (method, path)
                     continue
+                if (method, path) in ADMIN_PUBLIC:
+                    continue
                 if path.startswith("/mcp/"):
                     # MCP mounts answer with their own fail-closed authorizer (not problem+json).
                     r = await c.post(path, json={})
@@ -82,7 +87,7 @@ async def test_read_only_token_gets_403_on_every_mutation(
         assert (await ro.get(f"/v1/loops/{loop['id']}")).status_code == 200
         assert (await ro.get("/metrics")).status_code == 200
         for method, path in every_endpoint(app):
-            if method == "GET":
+            if method == "GET" or (method, path) in ADMIN_PUBLIC:
                 continue
             r = await ro.request(method, _concrete(path).replace("{loop_id}", loop["id"]), json={})
             assert r.status_code == 403, (method, path)

@@ -1,0 +1,367 @@
+"""Loops: the filtered list, a loop's page (transcript, events, MCP, state), its live
+stream, and every action a person can take on it. Actions answer 303 with a flash message;
+a refused transition is a message on the page, never an error page."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+from uuid import UUID
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+
+from agentd.admin import live, render
+from agentd.api.state import AppState
+from agentd.db.pool import connection
+from agentd.engine.lifecycle import DEFAULT_RESUME_FROM
+from agentd.engine.states import ACTIVE, LoopStatus
+from agentd.errors import AgentdError
+from agentd.store import events, jobs, loops, mcp, messages, tool_calls
+from agentd.store.models import Loop, Message, ToolCall
+
+router = APIRouter(prefix="/admin")
+
+PAGE_SIZE = 50
+EVENTS_PAGE = 100
+STATUSES = [str(s) for s in LoopStatus]
+TABS = ("transcript", "events", "mcp", "state")
+ACTIONS = ("pause", "resume", "stop", "freeze", "unfreeze", "observe", "unobserve")
+_HEX = re.compile(r"^[0-9a-f]{1,32}$")
+
+
+def _state(request: Request) -> AppState:
+    state: AppState = request.app.state.agentd
+    return state
+
+
+def parse_uuid(value: str) -> UUID | None:
+    try:
+        return UUID(value.strip())
+    except (ValueError, AttributeError):
+        return None
+
+
+def id_range(text: str) -> tuple[UUID, UUID] | None:
+    """A hex prefix of a loop id as the (lowest, highest) ids that start with it."""
+    digits = text.strip().lower().replace("-", "")
+    if not _HEX.match(digits):
+        return None
+    return UUID(digits.ljust(32, "0")), UUID(digits.ljust(32, "f"))
+
+
+def like_pattern(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def encode_cursor(loop: Loop) -> str:
+    return f"{loop.created_at.isoformat()}~{loop.id}"
+
+
+def decode_cursor(value: str) -> tuple[datetime, UUID] | None:
+    at, _, ident = value.partition("~")
+    try:
+        parsed = datetime.fromisoformat(at)
+    except ValueError:
+        return None
+    loop_id = parse_uuid(ident)
+    if loop_id is None or parsed.tzinfo is None:
+        return None
+    return parsed, loop_id
+
+
+# --- list and start ------------------------------------------------------------------------
+
+
+@router.get("/loops", include_in_schema=False)
+async def list_loops(request: Request) -> Response:
+    state = _state(request)
+    params = request.query_params
+    status = params.get("status") or None
+    agent = params.get("agent") or None
+    q = (params.get("q") or "").strip()[:200]
+    problems = []
+    if status is not None and status not in STATUSES:
+        problems.append(f"unknown status {status!r}")
+        status = None
+    cursor = None
+    if params.get("cursor"):
+        cursor = decode_cursor(params["cursor"])
+        if cursor is None:
+            problems.append("that page link is broken; showing the first page")
+    exact = parse_uuid(q) if q else None
+    async with connection(state.pool) as conn:
+        if exact is not None and (await loops.get(conn, loop_id=exact)) is not None:
+            return render.redirect(request, f"/admin/loops/{exact}")
+        if q:
+            rows = await loops.search(
+                conn,
+                status=status,
+                agent=agent,
+                pattern=like_pattern(q),
+                id_range=id_range(q),
+                cursor=cursor,
+                limit=PAGE_SIZE + 1,
+            )
+        else:
+            rows = await loops.list_(
+                conn, status=status, agent=agent, cursor=cursor, limit=PAGE_SIZE + 1
+            )
+        counts = await loops.count_by_status_capped(conn, statuses=STATUSES, cap=10_000)
+    more = len(rows) > PAGE_SIZE
+    rows = rows[:PAGE_SIZE]
+    keep = {k: v for k, v in (("status", status), ("agent", agent), ("q", q)) if v}
+    next_url = (
+        "/admin/loops?" + urlencode({**keep, "cursor": encode_cursor(rows[-1])}) if more else None
+    )
+    return render.render(
+        request,
+        "loops.html",
+        {
+            "nav": "loops",
+            "loops": rows,
+            "status": status,
+            "agent": agent,
+            "q": q,
+            "agents": state.registry.names(),
+            "statuses": STATUSES,
+            "counts": counts,
+            "next_url": next_url,
+            "first_url": "/admin/loops?" + urlencode(keep) if cursor else None,
+            "problems": problems,
+            "has_filter": bool(keep),
+        },
+    )
+
+
+def _field(form: Any, name: str) -> str:
+    value = form.get(name)
+    return value.strip() if isinstance(value, str) else ""
+
+
+@router.post("/loops", include_in_schema=False)
+async def start_loop(request: Request) -> Response:
+    state = _state(request)
+    form = await request.form()
+    agent, message = _field(form, "agent"), _field(form, "message")
+    raw_state = _field(form, "state")
+    try:
+        loop_state = json.loads(raw_state) if raw_state else {}
+    except ValueError as exc:
+        return render.redirect(
+            request, "/admin/loops", flash=("error", f"state is not valid JSON: {exc}")
+        )
+    if not isinstance(loop_state, dict):
+        return render.redirect(request, "/admin/loops", flash=("error", "state must be an object"))
+    try:
+        loop = await state.lifecycle.start(
+            agent=agent,
+            message=message,
+            subject=_field(form, "subject") or None,
+            title=_field(form, "title") or None,
+            state=loop_state,
+            observe=bool(form.get("observe")),
+        )
+    except AgentdError as exc:
+        return render.redirect(request, "/admin/loops", flash=("error", exc.message))
+    return render.redirect(
+        request, f"/admin/loops/{loop.id}", flash=("ok", f"Started a {agent} loop.")
+    )
+
+
+# --- one loop ------------------------------------------------------------------------------
+
+
+def transcript(
+    rows: list[Message], calls: list[ToolCall]
+) -> tuple[list[dict[str, Any]], list[ToolCall]]:
+    """Messages to show, each with its tool calls; tool results are shown on their call."""
+    by_message: dict[int, list[ToolCall]] = {}
+    for c in calls:
+        by_message.setdefault(c.message_id, []).append(c)
+    known = {c.id for c in calls}
+    out = []
+    for m in rows:
+        if m.hidden and m.status != "processing":
+            continue  # a failed shell: its turn was retried
+        if m.role == "tool" and m.tool_call_id in known:
+            continue
+        out.append({"m": m, "calls": by_message.get(m.id, [])})
+    pending = [c for c in calls if c.approval_status == "pending"]
+    return out, pending
+
+
+async def _live_context(state: AppState, loop: Loop) -> dict[str, Any]:
+    async with connection(state.pool) as conn:
+        rows = await messages.list_(conn, loop_id=loop.id, include_hidden=True)
+        calls = await tool_calls.list_for_loop(conn, loop_id=loop.id)
+        queued = await jobs.list_for_loop(conn, loop_id=loop.id)
+    items, pending = transcript(rows, calls)
+    return {
+        "lp": loop,
+        "items": items,
+        "pending": pending,
+        "jobs": queued,
+        "active": loop.status in ACTIVE,
+        "resumable": loop.status in DEFAULT_RESUME_FROM,
+        "can_continue": loop.status not in ACTIVE,
+    }
+
+
+async def _get_loop(state: AppState, loop_id: UUID) -> Loop | None:
+    async with connection(state.pool) as conn:
+        return await loops.get(conn, loop_id=loop_id)
+
+
+@router.get("/loops/{loop_id}", include_in_schema=False)
+async def loop_page(request: Request, loop_id: str) -> Response:
+    state = _state(request)
+    ident = parse_uuid(loop_id)
+    loop = await _get_loop(state, ident) if ident else None
+    if loop is None:
+        return render.not_found(request, f"No loop {loop_id!r}.")
+    tab = request.query_params.get("tab", "transcript")
+    tab = tab if tab in TABS else "transcript"
+    ctx: dict[str, Any] = {"nav": "loops", "tab": tab, **await _live_context(state, loop)}
+    async with connection(state.pool) as conn:
+        if tab == "events":
+            after = request.query_params.get("after", "0")
+            after_id = int(after) if after.isdigit() and len(after) < 19 else 0
+            rows = await events.list_(
+                conn, loop_id=loop.id, after_id=after_id, limit=EVENTS_PAGE + 1
+            )
+            ctx["events"] = rows[:EVENTS_PAGE]
+            ctx["events_next"] = rows[EVENTS_PAGE - 1].id if len(rows) > EVENTS_PAGE else None
+            ctx["events_after"] = after_id
+        elif tab == "mcp":
+            ctx["sessions"] = await mcp.list_sessions(conn, loop_id=loop.id)
+            ctx["tools"] = await mcp.list_tools(conn, loop_id=loop.id)
+    return render.render(request, "loop.html", ctx)
+
+
+@router.get("/loops/{loop_id}/live", include_in_schema=False)
+async def loop_fragment(request: Request, loop_id: str) -> Response:
+    """The part of the loop page that changes: header, actions and transcript."""
+    state = _state(request)
+    ident = parse_uuid(loop_id)
+    loop = await _get_loop(state, ident) if ident else None
+    if loop is None:
+        return render.not_found(request, f"No loop {loop_id!r}.")
+    tab = request.query_params.get("tab", "transcript")
+    ctx = {"tab": tab if tab in TABS else "transcript", **await _live_context(state, loop)}
+    return render.render(request, "_live.html", ctx)
+
+
+@router.get("/loops/{loop_id}/stream", include_in_schema=False)
+async def loop_stream(request: Request, loop_id: str) -> Response:
+    """SSE for the loop page; opening it turns `observed` on, as the API's stream does."""
+    state = _state(request)
+    ident = parse_uuid(loop_id)
+    if ident is None or await _get_loop(state, ident) is None:
+        return render.not_found(request, f"No loop {loop_id!r}.")
+    await state.lifecycle.observe(ident, True)
+    hub: live.Hub = request.app.state.admin_hub
+    return StreamingResponse(
+        live.frames(hub, ident),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+# --- actions -------------------------------------------------------------------------------
+
+_DONE = {
+    "pause": "Paused.",
+    "resume": "Resumed.",
+    "stop": "Stopped.",
+    "freeze": "Frozen: no new work will be claimed until unfrozen.",
+    "unfreeze": "Unfrozen.",
+    "observe": "Observing: turns stream live.",
+    "unobserve": "No longer observed.",
+}
+
+
+@router.post("/loops/{loop_id}/actions/{action}", include_in_schema=False)
+async def loop_action(request: Request, loop_id: str, action: str) -> Response:
+    state = _state(request)
+    ident = parse_uuid(loop_id)
+    if ident is None:
+        return render.redirect(request, "/admin/loops", flash=("error", f"No loop {loop_id!r}."))
+    back = f"/admin/loops/{ident}"
+    if action not in ACTIONS:
+        return render.redirect(request, back, flash=("error", f"Unknown action {action!r}."))
+    lc = state.lifecycle
+    try:
+        if action == "pause":
+            await lc.pause(ident)
+        elif action == "resume":
+            form = await request.form()
+            wanted = [s.strip() for s in _field(form, "from").split(",") if s.strip()]
+            await lc.resume(ident, from_=wanted or None)
+        elif action == "stop":
+            await lc.stop(ident)
+        elif action == "freeze":
+            await lc.freeze(ident)
+        elif action == "unfreeze":
+            await lc.unfreeze(ident)
+        else:
+            await lc.observe(ident, action == "observe")
+    except AgentdError as exc:
+        return render.redirect(request, back, flash=("error", exc.message))
+    return render.redirect(request, back, flash=("ok", _DONE[action]))
+
+
+@router.post("/loops/{loop_id}/messages", include_in_schema=False)
+async def continue_loop(request: Request, loop_id: str) -> Response:
+    state = _state(request)
+    ident = parse_uuid(loop_id)
+    if ident is None:
+        return render.redirect(request, "/admin/loops", flash=("error", f"No loop {loop_id!r}."))
+    back = f"/admin/loops/{ident}"
+    form = await request.form()
+    try:
+        await state.lifecycle.append_message(ident, _field(form, "content"))
+    except AgentdError as exc:
+        return render.redirect(request, back, flash=("error", exc.message))
+    return render.redirect(request, back, flash=("ok", "Message added; the loop continues."))
+
+
+@router.post("/tool-calls/{tool_call_id}/approve", include_in_schema=False)
+async def approve(request: Request, tool_call_id: str) -> Response:
+    return await _decide(request, tool_call_id, "approve")
+
+
+@router.post("/tool-calls/{tool_call_id}/deny", include_in_schema=False)
+async def deny(request: Request, tool_call_id: str) -> Response:
+    return await _decide(request, tool_call_id, "deny")
+
+
+async def _decide(request: Request, tool_call_id: str, decision: str) -> Response:
+    state = _state(request)
+    if not tool_call_id.isdigit() or len(tool_call_id) > 18:
+        return render.redirect(
+            request, "/admin/loops", flash=("error", f"No tool call {tool_call_id!r}.")
+        )
+    async with connection(state.pool) as conn:
+        call = await tool_calls.get(conn, tool_call_id=int(tool_call_id))
+    if call is None:
+        return render.redirect(
+            request, "/admin/loops", flash=("error", f"No tool call {tool_call_id}.")
+        )
+    back = f"/admin/loops/{call.loop_id}"
+    form = await request.form()
+    try:
+        await state.lifecycle.decide(
+            call.id,
+            approve=decision == "approve",
+            reason=_field(form, "reason") or None,
+            decided_by="admin",
+        )
+    except AgentdError as exc:
+        return render.redirect(request, back, flash=("error", exc.message))
+    verb = "Approved" if decision == "approve" else "Denied"
+    return render.redirect(request, back, flash=("ok", f"{verb} {call.name} (call {call.id})."))
