@@ -94,7 +94,8 @@ async def _database(settings: Settings, *, migrate_first: bool) -> AsyncIterator
             finally:
                 await conn.close()
         pool = await dbpool.create_pool(url, min_size=settings.db_pool_min,
-                                        max_size=settings.db_pool_max)
+                                        max_size=settings.db_pool_max,
+                                        statement_cache_size=settings.db_statement_cache_size)
         try:
             yield pool, direct
         finally:

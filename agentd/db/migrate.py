@@ -6,6 +6,7 @@ and recorded in `schema_migrations`.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -65,33 +66,79 @@ async def applied_versions(conn: asyncpg.Connection) -> set[int]:
     return {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
 
 
-async def pending(conn: asyncpg.Connection) -> list[Migration]:
+async def pending(conn: asyncpg.Connection, directory: Path | None = None) -> list[Migration]:
     done = await applied_versions(conn)
-    return [m for m in load() if m.version not in done]
+    return [m for m in load(directory) if m.version not in done]
 
 
-async def apply(conn: asyncpg.Connection) -> list[Migration]:
-    """Apply every pending migration; returns the ones this call applied."""
+#: Per migration transaction: how long a DDL statement may queue for its lock. While an
+#: ALTER TABLE waits, every query on that table queues behind it, so a migration that
+#: cannot get its lock quickly gives up, lets traffic through, and tries again.
+LOCK_TIMEOUT_MS = 5_000
+LOCK_RETRIES = 20
+_RETRYABLE = (asyncpg.exceptions.LockNotAvailableError, asyncpg.exceptions.DeadlockDetectedError)
+
+
+async def apply(
+    conn: asyncpg.Connection,
+    directory: Path | None = None,
+    *,
+    lock_timeout_ms: int = LOCK_TIMEOUT_MS,
+    retries: int = LOCK_RETRIES,
+) -> list[Migration]:
+    """Apply every pending migration (from `directory`, default the packaged ones).
+
+    Returns the ones this call applied. Each migration is one transaction with a
+    `lock_timeout`; one that times out on a lock or is chosen as a deadlock victim is
+    retried with backoff, so migrating a live database never stalls its workers for long.
+    Versions recorded in the database but absent from `directory` (a newer release ran
+    `agentd migrate`) are left alone: migrations are forward-only, and expand-only across
+    a release, so the older code keeps working (docs/upgrading.md).
+    """
     applied: list[Migration] = []
     await conn.execute("SELECT pg_advisory_lock($1)", LOCK_KEY)
     try:
         await conn.execute(_BOOKKEEPING)
         done = await applied_versions(conn)
-        for mig in load():
+        for mig in load(directory):
             if mig.version in done:
                 continue
+            await _apply_one(conn, mig, lock_timeout_ms=lock_timeout_ms, retries=retries)
+            log.info("migration.applied", version=mig.version, name=mig.name)
+            applied.append(mig)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", LOCK_KEY)
+    return applied
+
+
+async def _apply_one(
+    conn: asyncpg.Connection, mig: Migration, *, lock_timeout_ms: int, retries: int
+) -> None:
+    delay = 0.1
+    for attempt in range(retries + 1):
+        try:
             async with conn.transaction():
+                await conn.execute(f"SET LOCAL lock_timeout = {int(lock_timeout_ms)}")
                 await conn.execute(mig.sql)
                 await conn.execute(
                     "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
                     mig.version,
                     mig.name,
                 )
-            log.info("migration.applied", version=mig.version, name=mig.name)
-            applied.append(mig)
-    finally:
-        await conn.execute("SELECT pg_advisory_unlock($1)", LOCK_KEY)
-    return applied
+            return
+        except _RETRYABLE as exc:
+            if attempt == retries:
+                raise
+            log.warning(
+                "migration.lock_retry",
+                version=mig.version,
+                name=mig.name,
+                error=type(exc).__name__,
+                attempt=attempt + 1,
+                retry_in=delay,
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 async def is_current(conn: asyncpg.Connection) -> bool:
