@@ -62,6 +62,8 @@ class LeaseRenewer:
         self._llm: dict[uuid.UUID, Lease] = {}
         self._tools: dict[int, Lease] = {}
         self._conn: dbpool.Connection | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
         self.renewed = Signal()
         self.lost_count = 0
         self.renewal_count = 0
@@ -96,6 +98,7 @@ class LeaseRenewer:
         task: asyncio.Task[object] | None,
     ) -> Lease:
         lease = self._new(loop_id, token, seconds, max_duration, task)
+        self._supersede(self._llm.get(loop_id), token)
         self._llm[loop_id] = lease
         return lease
 
@@ -105,8 +108,16 @@ class LeaseRenewer:
         lease = self._new(
             ("tool", tool_call_id), token, seconds, self.settings.default_tool_timeout, task
         )
+        self._supersede(self._tools.get(tool_call_id), token)
         self._tools[tool_call_id] = lease
         return lease
+
+    def _supersede(self, old: Lease | None, token: uuid.UUID) -> None:
+        # This process claimed the same loop (or call) again under a new token, so the
+        # earlier claim was taken from it (reaped, released): that turn is stale. Replacing
+        # its registration silently would leave it running with nobody to cancel it.
+        if old is not None and old.token != token:
+            self._lose(old, "token_rotated")
 
     def unregister(self, lease: Lease) -> None:
         if isinstance(lease.key, uuid.UUID):
@@ -132,7 +143,12 @@ class LeaseRenewer:
     # --- connection -----------------------------------------------------------------------
 
     async def connect(self) -> None:
+        self._closed = False
         self._conn = await dbpool.connect(self.url, application_name="agentd-heartbeat")
+        await self._register()
+
+    async def _register(self) -> None:
+        assert self._conn is not None
         await workers.register(
             self._conn,
             worker_id=self.worker_id,
@@ -142,7 +158,16 @@ class LeaseRenewer:
             version=__about__.__version__,
         )
 
+    # The heartbeat connection is shared by the tick and the shutdown steps, which run in
+    # other tasks; asyncpg refuses a second operation in flight on one connection, and a
+    # failed tick closes it, so every use takes the lock.
+
     async def close(self, *, deregister: bool = True) -> None:
+        async with self._lock:
+            self._closed = True
+            await self._close(deregister=deregister)
+
+    async def _close(self, *, deregister: bool) -> None:
         if self._conn is not None:
             if deregister:
                 with contextlib.suppress(Exception):
@@ -152,9 +177,10 @@ class LeaseRenewer:
             self._conn = None
 
     async def set_stopping(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                await workers.set_stopping(self._conn, worker_id=self.worker_id)
+        async with self._lock:
+            if self._conn is not None:
+                with contextlib.suppress(Exception):
+                    await workers.set_stopping(self._conn, worker_id=self.worker_id)
 
     def _trust(self, started: float, lease: Lease) -> float:
         # Counted from when the renewal started, not when the reply arrived.
@@ -163,6 +189,11 @@ class LeaseRenewer:
     # --- the tick ---------------------------------------------------------------------------
 
     async def renew_once(self) -> None:
+        async with self._lock:
+            if not self._closed:
+                await self._renew()
+
+    async def _renew(self) -> None:
         now = time.monotonic()
         for lease in [*self._llm.values(), *self._tools.values()]:
             if now > lease.ceiling:
@@ -202,13 +233,13 @@ class LeaseRenewer:
             if not alive:
                 # Declared dead (e.g. a long stall): re-register; our work was reclaimed and
                 # every fence will reject this process's stale writes.
-                await self.connect()
+                await self._register()
             self.renewal_count += 1
             self.last_ok = time.monotonic()
             self.renewed.fire()
         except dbpool.DB_ERRORS as exc:
             log.warning("lease_renewer.failed", error=str(exc))
-            await self.close(deregister=False)
+            await self._close(deregister=False)
             now = time.monotonic()
             for lease in [*self._llm.values(), *self._tools.values()]:
                 if now > lease.trusted_until:

@@ -72,7 +72,11 @@ class Reaper:
             stalled = await tool_calls.reap_stalled(
                 conn, dead_workers=dead, grace=GRACE, limit=BATCH
             )
-            report.stalled_tool_calls = len(stalled)
+            for row in stalled:
+                if row["dead_worker"]:
+                    report.dead_worker_tool_calls += 1
+                else:
+                    report.stalled_tool_calls += 1
             if dead:
                 await workers.delete_many(conn, ids=dead)
                 report.dead_workers = len(dead)
@@ -112,6 +116,7 @@ class Reaper:
                 "expired_turns",
                 "dead_worker_turns",
                 "stalled_tool_calls",
+                "dead_worker_tool_calls",
             ):
                 continue
             setattr(self.totals, k, getattr(self.totals, k) + v)

@@ -87,11 +87,54 @@ async def finalize_turn(
     execution_token: UUID,
     completed: bool,
     tokens: tuple[int, int, int],
+    estimated: bool = False,
 ) -> Loop | None:
     rec = await conn.fetchrow(
-        sql("loop_finalize_turn"), loop_id, execution_token, completed, *tokens
+        sql("loop_finalize_turn"), loop_id, execution_token, completed, *tokens, estimated
     )
     return _loop(rec)
+
+
+async def finalize_compaction(
+    conn: Connection,
+    *,
+    loop_id: UUID,
+    execution_token: UUID,
+    new_token: UUID,
+    tokens: tuple[int, int, int],
+    estimated: bool,
+) -> Loop | None:
+    """Back to queued on `new_token` after a summary; None when the fence is lost."""
+    rec = await conn.fetchrow(
+        sql("loop_finalize_compaction"), loop_id, execution_token, new_token, *tokens, estimated
+    )
+    return _loop(rec)
+
+
+async def insert_fork(
+    conn: Connection,
+    *,
+    agent: str,
+    subject: str | None,
+    state: dict[str, Any],
+    title: str | None,
+    forked_from_loop_id: UUID,
+    forked_from_message_id: int,
+) -> Loop:
+    rec = await conn.fetchrow(
+        sql("loop_insert_fork"),
+        agent,
+        subject,
+        state,
+        title,
+        forked_from_loop_id,
+        forked_from_message_id,
+    )
+    return Loop.from_record(rec)
+
+
+async def set_step_count(conn: Connection, *, loop_id: UUID, step_count: int) -> Loop:
+    return Loop.from_record(await conn.fetchrow(sql("loop_set_step_count"), loop_id, step_count))
 
 
 async def fenced_transition(
@@ -174,3 +217,23 @@ async def estimate_total(conn: Connection) -> int | None:
     """The planner's estimate of the number of loops, or None before the first ANALYZE."""
     n = await conn.fetchval(sql("loop_estimate_total"))
     return int(n) if n is not None and n >= 0 else None
+
+
+async def defer_turn(
+    conn: Connection,
+    *,
+    loop_id: UUID,
+    execution_token: UUID,
+    run_at: datetime,
+    reason: str,
+) -> bool:
+    """Hand a claimed turn back, queued on the same generation, due at `run_at`.
+
+    False: the fence was lost (the turn was paused, stopped or reaped meanwhile).
+    """
+    rec = await conn.fetchrow(sql("loop_defer_turn"), loop_id, execution_token, run_at, reason)
+    return rec is not None
+
+
+async def set_concurrency(conn: Connection, *, loop_id: UUID, key: str, limit: int) -> Loop | None:
+    return _loop(await conn.fetchrow(sql("loop_set_concurrency"), loop_id, key, limit))

@@ -40,6 +40,12 @@ class Loop(_Row):
     tokens_cached: int
     created_at: datetime
     updated_at: datetime
+    tokens_estimated: bool = False
+    forked_from_loop_id: UUID | None = None
+    forked_from_message_id: int | None = None
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
+    concurrency_held: bool = False  # holds one of its key's slots (docs/limits.md)
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,14 @@ class Message(_Row):
     error_message: str | None
     created_at: datetime
     updated_at: datetime
+    tokens_estimated: bool = False
+    summary_through: int | None = None  # a compaction summary: covers messages up to this id
+    superseded_at: datetime | None = None  # regenerate: off the prompt, still on record
+    forked_from_message_id: int | None = None
+
+    @property
+    def is_summary(self) -> bool:
+        return self.summary_through is not None
 
 
 @dataclass(frozen=True)
@@ -97,6 +111,15 @@ class ToolCall(_Row):
     duration: float | None
     created_at: datetime
     updated_at: datetime
+    # 0007: waiting on the world (MCP input requests and MCP tasks)
+    input_status: str | None = None
+    input_request: dict[str, Any] | None = None
+    input_response: dict[str, Any] | None = None
+    input_rounds: int = 0
+    input_answered_at: datetime | None = None
+    input_answered_by: str | None = None
+    task_id: str | None = None
+    task_state: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +154,7 @@ class McpToolRow(_Row):
     mcp_name: str
     session_id: str | None
     transport_kind: str
+    task_support: str | None = None  # the tool's MCP taskSupport, if its server runs tasks
 
 
 @dataclass(frozen=True)

@@ -149,3 +149,59 @@ async def renew_leases(
 ) -> set[int]:
     rows = await conn.fetch(sql("tool_call_lease_renew_many"), ids, tokens, seconds)
     return {r["id"] for r in rows}
+
+
+async def cancel_superseded(conn: Connection, *, loop_id: UUID) -> int:
+    """Give each unanswered call of a superseded message a superseded `cancelled` result."""
+    return int(await conn.fetchval(sql("tool_call_cancel_superseded"), loop_id))
+
+
+# --- waiting on the world: MCP input requests and MCP tasks -------------------------------
+
+
+async def park_input(
+    conn: Connection, *, tool_call_id: int, lease_token: UUID, input_request: dict[str, Any]
+) -> ToolCall | None:
+    return _tc(
+        await conn.fetchrow(sql("tool_call_park_input"), tool_call_id, lease_token, input_request)
+    )
+
+
+async def answer_input(
+    conn: Connection, *, tool_call_id: int, input_response: dict[str, Any], answered_by: str | None
+) -> ToolCall | None:
+    return _tc(
+        await conn.fetchrow(
+            sql("tool_call_answer_input"), tool_call_id, input_response, answered_by
+        )
+    )
+
+
+async def list_pending_input(conn: Connection, *, loop_id: UUID) -> list[ToolCall]:
+    return [
+        ToolCall.from_record(r)
+        for r in await conn.fetch(sql("tool_call_list_pending_input"), loop_id)
+    ]
+
+
+async def schedule_task_poll(
+    conn: Connection,
+    *,
+    tool_call_id: int,
+    lease_token: UUID,
+    task_id: str,
+    task_state: dict[str, Any],
+    generation: UUID,
+    delay: float,
+) -> ToolCall | None:
+    return _tc(
+        await conn.fetchrow(
+            sql("tool_call_schedule_task_poll"),
+            tool_call_id,
+            lease_token,
+            task_id,
+            task_state,
+            generation,
+            delay,
+        )
+    )

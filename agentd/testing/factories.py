@@ -107,7 +107,9 @@ async def loop(
         {
             "status": status,
             "status_reason": status_reason,
-            "execution_token": None if status in ("completed", "paused") else token,
+            "execution_token": None
+            if status in ("completed", "failed", "paused", "stopped")
+            else token,
             "lease_expires_at": await _at(conn, lease_in),
             "lease_seconds": lease_seconds,
             "worker_id": worker_id,

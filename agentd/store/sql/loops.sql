@@ -44,7 +44,7 @@ RETURNING *;
 
 -- name: loop_finalize_turn :one
 -- ResponseParsing; fence: status running AND execution_token = $2.
--- $1 id uuid · $2 execution_token uuid · $3 completed bool · $4 tokens_prompt int · $5 tokens_completion int · $6 tokens_cached int
+-- $1 id uuid · $2 execution_token uuid · $3 completed bool · $4 tokens_prompt int · $5 tokens_completion int · $6 tokens_cached int · $7 tokens_estimated bool
 UPDATE loops
 SET step_count = step_count + 1,
     status = CASE WHEN $3 THEN 'completed' ELSE 'running' END,
@@ -53,6 +53,7 @@ SET step_count = step_count + 1,
     lease_expires_at = NULL, worker_id = NULL, error_message = NULL,
     tokens_prompt = tokens_prompt + $4, tokens_completion = tokens_completion + $5,
     tokens_cached = tokens_cached + $6,
+    tokens_estimated = tokens_estimated OR coalesce($7, false),
     updated_at = now()
 WHERE id = $1 AND execution_token = $2 AND status = 'running'
 RETURNING *;
@@ -136,7 +137,15 @@ SELECT id, status_reason FROM u;
 WITH r AS (
     SELECT l.id FROM loops l
     WHERE l.status = 'queued' AND NOT l.frozen
-      AND (l.updated_at < now() - make_interval(secs => $1)
+      AND ((l.updated_at < now() - make_interval(secs => $1)
+            -- not stuck: a turn deferred by a provider limit (its job is not due yet), or a
+            -- loop waiting for a slot of its saturated concurrency key (rotating would
+            -- lose its place in line)
+            AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.loop_id = l.id
+                              AND j.generation = l.execution_token AND j.run_at > now())
+            AND NOT EXISTS (SELECT 1 FROM concurrency_keys ck
+                            WHERE ck.key = l.concurrency_key AND NOT l.concurrency_held
+                              AND ck.running >= l.concurrency_limit))
            OR (l.updated_at < now() - make_interval(secs => $3)
                AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.loop_id = l.id)))
     ORDER BY l.id
@@ -206,3 +215,61 @@ FROM unnest($1::text[]) AS s(status);
 -- name: loop_estimate_total :val
 -- Admin dashboard: the planner's row estimate for loops (-1 before the first ANALYZE); no fence.
 SELECT reltuples::bigint FROM pg_class WHERE oid = 'loops'::regclass;
+
+-- name: loop_finalize_compaction :one
+-- Compaction, in the transaction that writes the summary; fence: status running AND
+-- execution_token = $2. The loop goes back to queued on a new generation ($3) for the turn
+-- that uses the summary; step_count is not advanced (a compaction is not a model step).
+-- $1 id uuid · $2 execution_token uuid · $3 new_token uuid · $4 tokens_prompt int · $5 tokens_completion int · $6 tokens_cached int · $7 tokens_estimated bool
+UPDATE loops
+SET status = 'queued', status_reason = 'compacted', execution_token = $3,
+    lease_expires_at = NULL, worker_id = NULL, error_message = NULL,
+    tokens_prompt = tokens_prompt + $4, tokens_completion = tokens_completion + $5,
+    tokens_cached = tokens_cached + $6,
+    tokens_estimated = tokens_estimated OR coalesce($7, false),
+    updated_at = now()
+WHERE id = $1 AND execution_token = $2 AND status = 'running'
+RETURNING *;
+
+-- name: loop_insert_fork :one
+-- Lifecycle.fork; no fence (new row, paused, no generation until resumed).
+-- $1 agent text · $2 subject text · $3 state jsonb · $4 title text · $5 forked_from_loop_id uuid · $6 forked_from_message_id bigint
+INSERT INTO loops (agent, subject, state, status, status_reason, title, forked_from_loop_id,
+                   forked_from_message_id)
+VALUES ($1, $2, $3, 'paused', 'forked', $4, $5, $6)
+RETURNING *;
+
+-- name: loop_set_step_count :one
+-- Lifecycle.fork, right after copying the history; no fence (the loop is new and paused).
+-- $1 id uuid · $2 step_count int
+UPDATE loops SET step_count = $2, updated_at = now() WHERE id = $1
+RETURNING *;
+
+-- name: loop_defer_turn :one
+-- NetworkCalling, when a provider limit or back-off holds a claimed turn; fence: status
+-- running, execution_token = $2 and the turn's lease held. Hands the turn back queued on
+-- the SAME generation with a job due at $3 (no worker slot or connection is held while it
+-- waits); hides a streaming shell; the loop keeps its concurrency-key slot.
+-- $1 id uuid · $2 execution_token uuid · $3 run_at timestamptz · $4 status_reason text
+WITH u AS (
+    UPDATE loops SET status = 'queued', lease_expires_at = NULL, worker_id = NULL,
+        status_reason = $4, updated_at = now()
+    WHERE id = $1 AND execution_token = $2 AND status = 'running'
+      AND lease_expires_at IS NOT NULL
+    RETURNING id, execution_token, lease_seconds
+), s AS (
+    UPDATE messages SET status = 'failed', hidden = true, updated_at = now()
+    WHERE loop_id IN (SELECT id FROM u) AND status = 'processing'
+), j AS (
+    INSERT INTO jobs (queue, kind, loop_id, generation, lease_seconds, run_at)
+    SELECT 'llm', 'llm_turn', id, execution_token, lease_seconds, greatest($3, now()) FROM u
+    RETURNING id
+)
+SELECT u.id, (SELECT id FROM j) AS job_id FROM u;
+
+-- name: loop_set_concurrency :one
+-- Lifecycle start, in the insert's transaction; no fence (the loop is new, holds no slot).
+-- $1 id uuid · $2 concurrency_key text · $3 concurrency_limit int
+UPDATE loops SET concurrency_key = $2, concurrency_limit = $3
+WHERE id = $1 AND NOT concurrency_held
+RETURNING *;

@@ -38,7 +38,8 @@ SET mcp_session_id = EXCLUDED.mcp_session_id, remote_name = EXCLUDED.remote_name
 -- name: mcp_tool_list :many
 -- NetworkCalling (advertise) and ToolExecution (resolve); no fence.
 -- $1 loop_id uuid
-SELECT t.*, s.mcp_name, s.session_id, s.transport_kind
+SELECT t.*, s.mcp_name, s.session_id, s.transport_kind,
+       s.metadata -> 'taskTools' ->> t.remote_name AS task_support
 FROM mcp_tools t JOIN mcp_sessions s ON s.id = t.mcp_session_id
 WHERE t.loop_id = $1 ORDER BY t.id;
 

@@ -83,9 +83,12 @@ WHERE loop_id = $1 AND response_message_id IS NULL;
 SELECT * FROM tool_calls WHERE loop_id = $1 AND approval_status = 'pending' ORDER BY id;
 
 -- name: tool_call_count_pending_approval :val
--- Lifecycle: does the loop still wait on a person?
+-- Lifecycle: does the loop still wait on a person (a decision or an MCP input request)?
 -- $1 loop_id uuid
-SELECT count(*)::bigint FROM tool_calls WHERE loop_id = $1 AND approval_status = 'pending';
+SELECT count(*)::bigint FROM tool_calls
+WHERE loop_id = $1
+  AND (approval_status = 'pending'
+       OR (input_status = 'pending' AND response_message_id IS NULL));
 
 -- name: tool_call_reap_stalled :many
 -- Reaper case 2: unresolved calls whose lease expired, whose worker died, or that have
@@ -93,16 +96,24 @@ SELECT count(*)::bigint FROM tool_calls WHERE loop_id = $1 AND approval_status =
 -- loop's current generation; a checkpointed call will replay, not re-run.
 -- $1 dead_workers uuid[] · $2 grace_seconds float · $3 limit int
 WITH r AS (
-    SELECT tc.id, l.execution_token, tc.leased_until IS NOT NULL AS was_leased
+    SELECT tc.id, l.execution_token, tc.leased_until IS NOT NULL AS was_leased,
+           coalesce(tc.lease_worker_id = ANY($1::uuid[]), false) AS dead_worker
     FROM tool_calls tc JOIN loops l ON l.id = tc.loop_id
     WHERE tc.response_message_id IS NULL
       AND l.status IN ('running', 'waiting') AND NOT l.frozen
       AND tc.approval_status IS DISTINCT FROM 'pending'
+      AND tc.input_status IS DISTINCT FROM 'pending'
       AND (tc.leased_until < now()
            OR tc.lease_worker_id = ANY($1::uuid[])
            OR (tc.leased_until IS NULL
                AND tc.updated_at < now() - make_interval(secs => $2)
-               AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.tool_call_id = tc.id)))
+               AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.tool_call_id = tc.id)
+               -- a sequential call behind an unanswered one is waiting its turn, not lost
+               AND NOT (coalesce((tc.metadata ->> 'sequential')::boolean, false)
+                        AND EXISTS (SELECT 1 FROM tool_calls p
+                                    WHERE p.message_id = tc.message_id
+                                      AND p.position < tc.position
+                                      AND p.response_message_id IS NULL))))
     ORDER BY tc.id
     LIMIT $3
     FOR UPDATE OF tc SKIP LOCKED
@@ -111,12 +122,13 @@ WITH r AS (
         status = CASE WHEN executed_at IS NULL THEN 'pending' ELSE status END,
         updated_at = now()
     FROM r WHERE tool_calls.id = r.id
-    RETURNING tool_calls.id, tool_calls.loop_id, r.execution_token, r.was_leased
+    RETURNING tool_calls.id, tool_calls.loop_id, r.execution_token, r.was_leased,
+              r.dead_worker
 ), j AS (
     INSERT INTO jobs (queue, kind, loop_id, tool_call_id, generation, lease_seconds)
     SELECT 'tool', 'tool_call', loop_id, id, execution_token, NULL FROM u
 )
-SELECT id, was_leased FROM u;
+SELECT id, was_leased, dead_worker FROM u;
 
 -- name: tool_call_expire_approvals :many
 -- Reaper: pending decisions past their deadline are denied as expired and re-enqueued so
@@ -168,3 +180,81 @@ SET leased_until = now() + make_interval(secs => r.secs)
 FROM unnest($1::bigint[], $2::uuid[], $3::float8[]) AS r(id, token, secs)
 WHERE tc.id = r.id AND tc.lease_token = r.token AND tc.response_message_id IS NULL
 RETURNING tc.id;
+
+-- name: tool_call_cancel_superseded :val
+-- Lifecycle.regenerate under the loop lock, after message_supersede_after and with the token
+-- rotated: each unanswered call of a superseded message gets a superseded `cancelled`
+-- result, so nothing re-enqueues it and the completion gate never waits for it; a pending
+-- approval is denied. Leases are dropped (a running tool's checkpoint then matches nothing).
+-- $1 loop_id uuid
+WITH c AS (
+    SELECT t.id FROM tool_calls t JOIN messages m ON m.id = t.message_id
+    WHERE t.loop_id = $1 AND t.response_message_id IS NULL AND m.superseded_at IS NOT NULL
+    ORDER BY t.id
+    FOR UPDATE OF t
+), r AS (
+    INSERT INTO messages (loop_id, role, content, tool_call_id, superseded_at)
+    SELECT $1, 'tool', 'cancelled: superseded by regenerate', id, now() FROM c ORDER BY id
+    ON CONFLICT (tool_call_id) WHERE role = 'tool' DO NOTHING
+    RETURNING id, tool_call_id
+), u AS (
+    UPDATE tool_calls t
+    SET status = 'cancelled', response_message_id = r.id,
+        result = coalesce(t.result, 'cancelled: superseded by regenerate'),
+        is_success = coalesce(t.is_success, false),
+        lease_token = NULL, leased_until = NULL, lease_worker_id = NULL,
+        approval_status = CASE WHEN t.approval_status = 'pending' THEN 'denied'
+                               ELSE t.approval_status END,
+        decided_by = CASE WHEN t.approval_status = 'pending' THEN 'agentd' ELSE t.decided_by END,
+        decision_reason = CASE WHEN t.approval_status = 'pending' THEN 'superseded by regenerate'
+                               ELSE t.decision_reason END,
+        decided_at = CASE WHEN t.approval_status = 'pending' THEN now() ELSE t.decided_at END,
+        updated_at = now()
+    FROM r WHERE t.id = r.tool_call_id
+    RETURNING t.id
+)
+SELECT count(*)::bigint FROM u;
+
+-- name: tool_call_park_input :one
+-- ToolExecution: a 2026-07-28 server answered tools/call with an InputRequiredResult. Store
+-- the request, drop the lease (nothing to reap) and wait for a person; the previous
+-- round's answer is spent. Fence: this lease, no result yet.
+-- $1 id bigint · $2 lease_token uuid · $3 input_request jsonb
+UPDATE tool_calls
+SET status = 'waiting', input_status = 'pending', input_request = $3, input_response = NULL,
+    input_rounds = input_rounds + 1, lease_token = NULL, leased_until = NULL,
+    lease_worker_id = NULL, updated_at = now()
+WHERE id = $1 AND lease_token = $2 AND executed_at IS NULL AND response_message_id IS NULL
+RETURNING *;
+
+-- name: tool_call_answer_input :one
+-- Lifecycle.answer_input under the loop lock; only a pending request can be answered.
+-- $1 id bigint · $2 input_response jsonb · $3 answered_by text
+UPDATE tool_calls
+SET input_status = 'answered', input_response = $2, input_answered_at = now(),
+    input_answered_by = $3, status = 'pending', updated_at = now()
+WHERE id = $1 AND input_status = 'pending' AND response_message_id IS NULL
+RETURNING *;
+
+-- name: tool_call_list_pending_input :many
+-- API inputs list; no fence.
+-- $1 loop_id uuid
+SELECT * FROM tool_calls
+WHERE loop_id = $1 AND input_status = 'pending' AND response_message_id IS NULL ORDER BY id;
+
+-- name: tool_call_schedule_task_poll :one
+-- ToolExecution: the call runs as an MCP task. Record the task, drop the lease and enqueue
+-- the next poll for later in the same statement: no worker waits on the task. Fence: this
+-- lease, no result yet.
+-- $1 id bigint · $2 lease_token uuid · $3 task_id text · $4 task_state jsonb · $5 generation uuid · $6 delay_seconds float
+WITH u AS (
+    UPDATE tool_calls
+    SET status = 'waiting', task_id = $3, task_state = $4, lease_token = NULL,
+        leased_until = NULL, lease_worker_id = NULL, updated_at = now()
+    WHERE id = $1 AND lease_token = $2 AND executed_at IS NULL AND response_message_id IS NULL
+    RETURNING *
+), j AS (
+    INSERT INTO jobs (queue, kind, loop_id, tool_call_id, generation, run_at)
+    SELECT 'tool', 'tool_call', loop_id, id, $5, now() + make_interval(secs => $6) FROM u
+)
+SELECT * FROM u;

@@ -33,9 +33,17 @@ WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a
    OR w.heartbeat_at < now() - make_interval(secs => $1);
 
 -- name: worker_delete_many :exec
--- Liveness fast path, after reclaiming their work.
+-- Liveness fast path, after reclaiming their work. A dead worker that still holds a row the
+-- reaper can reclaim (one skipped because it was locked) stays, so the next pass finds it.
 -- $1 ids uuid[]
-DELETE FROM workers WHERE id = ANY($1::uuid[]);
+DELETE FROM workers w
+WHERE w.id = ANY($1::uuid[])
+  AND NOT EXISTS (SELECT 1 FROM loops l
+                  WHERE l.worker_id = w.id AND l.status = 'running'
+                    AND l.lease_expires_at IS NOT NULL)
+  AND NOT EXISTS (SELECT 1 FROM tool_calls t JOIN loops l ON l.id = t.loop_id
+                  WHERE t.lease_worker_id = w.id AND t.response_message_id IS NULL
+                    AND l.status IN ('running', 'waiting') AND NOT l.frozen);
 
 -- name: worker_list :many
 -- readyz, dashboard; no fence.

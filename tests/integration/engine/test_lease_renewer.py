@@ -1,0 +1,93 @@
+"""The one heartbeat: renews registered leases, and shares its connection safely."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from agentd.db.pool import Pool, connection, transaction
+from agentd.engine.lease_renewer import LeaseRenewer
+from agentd.registry import AgentRegistry
+from agentd.testing import factories
+from agentd.testing.engine import fast_settings, running_engine
+
+
+def renewer(database_url: str) -> LeaseRenewer:
+    return LeaseRenewer(
+        fast_settings(), database_url, worker_id=uuid.uuid4(), hostname="test", queues=["llm"]
+    )
+
+
+async def test_shutdown_steps_racing_a_heartbeat_tick_do_not_break_the_connection(
+    pool: Pool, database_url: str
+) -> None:
+    r = renewer(database_url)
+    await r.connect()
+    try:
+        async with transaction(pool) as conn:
+            loop = await factories.loop(conn, status="running", lease_in=5)
+        r.register_turn(loop.id, loop.execution_token, 12.0, 60.0, None)  # type: ignore[arg-type]
+        for _ in range(20):  # the tick and the shutdown step share one connection
+            await asyncio.gather(r.renew_once(), r.set_stopping())
+        assert r.lost_count == 0 and r.renewal_count == 20
+        async with connection(pool) as conn:
+            row = await conn.fetchrow("SELECT stopping FROM workers WHERE id = $1", r.worker_id)
+        assert row is not None and row["stopping"]
+    finally:
+        await r.close()
+    async with connection(pool) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM workers") == 0
+
+
+async def test_renewal_extends_only_leases_whose_token_still_holds(
+    pool: Pool, database_url: str
+) -> None:
+    r = renewer(database_url)
+    await r.connect()
+    try:
+        async with transaction(pool) as conn:
+            kept = await factories.loop(conn, status="running", lease_in=1)
+            rotated = await factories.loop(conn, status="running", lease_in=1)
+        task = asyncio.create_task(asyncio.Event().wait())
+        r.register_turn(kept.id, kept.execution_token, 12.0, 60.0, None)  # type: ignore[arg-type]
+        lost = r.register_turn(rotated.id, uuid.uuid4(), 12.0, 60.0, task)  # a stale token
+        await r.renew_once()
+        async with connection(pool) as conn:
+            left = await conn.fetchval(
+                "SELECT extract(epoch FROM lease_expires_at - now()) FROM loops WHERE id = $1",
+                kept.id,
+            )
+        assert left > 10  # renewed for the whole lease
+        assert lost.lost and lost.reason == "token_rotated"
+        await asyncio.wait({task}, timeout=1)
+        assert task.cancelled()  # the stale turn is cancelled at once
+        assert r.in_flight() == ([r._llm[kept.id]], [])
+    finally:
+        await r.close()
+
+
+async def test_graceful_stop_deregisters_the_worker(
+    pool: Pool, database_url: str, registry: AgentRegistry
+) -> None:
+    for _ in range(3):
+        async with running_engine(pool, database_url, registry) as engine:
+            await engine.renewer.renewed.wait_for(2)
+        async with connection(pool) as conn:
+            assert await conn.fetchval("SELECT count(*) FROM workers") == 0
+
+
+async def test_claiming_the_same_loop_again_cancels_the_earlier_stale_turn(
+    database_url: str,
+) -> None:
+    r = renewer(database_url)  # never connected: registration alone decides this
+    loop_id, call_id = uuid.uuid4(), 7
+    stale = asyncio.create_task(asyncio.Event().wait())
+    stale_call = asyncio.create_task(asyncio.Event().wait())
+    old = r.register_turn(loop_id, uuid.uuid4(), 12.0, 60.0, stale)  # type: ignore[arg-type]
+    old_call = r.register_tool(call_id, uuid.uuid4(), 12.0, stale_call)  # type: ignore[arg-type]
+    new = r.register_turn(loop_id, uuid.uuid4(), 12.0, 60.0, None)
+    new_call = r.register_tool(call_id, uuid.uuid4(), 12.0, None)
+    await asyncio.wait({stale, stale_call}, timeout=1)
+    assert stale.cancelled() and stale_call.cancelled()
+    assert old.lost and old_call.lost and old.reason == "token_rotated"
+    assert r.in_flight() == ([new], [new_call])
