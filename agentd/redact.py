@@ -32,6 +32,7 @@ _PATTERNS = [
     (re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"), r"\1" + MASK),
     (re.compile(r"(?i)([?&](?:key|api_key|apikey|token|access_token)=)[^&\s\"']+"), r"\1" + MASK),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), MASK),
+    (re.compile(r"\bAIza[A-Za-z0-9_-]{20,}"), MASK),  # Google API keys, echoed in error bodies
 ]
 
 

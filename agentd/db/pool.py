@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -16,6 +17,12 @@ Connection = asyncpg.Connection
 async def _init_connection(conn: asyncpg.Connection) -> None:
     for typ in ("json", "jsonb"):
         await conn.set_type_codec(typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Release without `RESET ALL; UNLISTEN *; …` (four round trips per job): pooled
+    connections never LISTEN, lock or change session settings. asyncpg still rolls back a
+    transaction left open."""
 
 
 async def create_pool(
@@ -44,6 +51,7 @@ async def create_pool(
         max_size=max_size,
         init=_init_connection,
         statement_cache_size=statement_cache_size,
+        reset=_keep_session,
         server_settings={"application_name": kw.pop("application_name", "agentd")},
         **kw,
     )
@@ -115,3 +123,23 @@ def _raised_in_asyncpg(exc: BaseException) -> bool:
             return True
         tb = tb.tb_next
     return False
+
+
+async def until_reachable(
+    op: Callable[[], Awaitable[None]], *, attempts: int = 20, max_delay: float = 5.0
+) -> BaseException | None:
+    """Run `op` until it gets through to the database, backing off between tries (about
+    90 s in all). Returns None on success, else the last error. The caller's lease bounds
+    it too: a turn whose lease is no longer trusted is cancelled by the LeaseRenewer."""
+    delay = 0.2
+    last: BaseException | None = None
+    for _ in range(attempts):
+        try:
+            async with asyncio.timeout(10):
+                await op()
+            return None
+        except (*DB_ERRORS, TimeoutError) as exc:
+            last = exc
+        await asyncio.sleep(delay)  # backoff while the server is away
+        delay = min(delay * 2, max_delay)
+    return last

@@ -11,6 +11,8 @@ import codecs
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from agentd.errors import LLMProtocolError
+
 
 @dataclass(frozen=True)
 class Event:
@@ -21,33 +23,52 @@ class Event:
     id: str = ""
 
 
+#: Longest line, and largest event, a stream may send (characters). Real events are a few
+#: kilobytes; past this the endpoint is broken or hostile and the turn fails cleanly.
+MAX_LINE = 8 * 1024 * 1024
+
+
 class SSEDecoder:
-    """Feed it bytes as they arrive; it returns the events they complete."""
+    """Feed it bytes as they arrive; it returns the events they complete.
+
+    Linear in the input however it is chunked: a line's pieces are kept in a list and
+    scanned once, when its line break arrives (a stream of 1-byte chunks with no newline
+    must not rescan a growing buffer and starve the event loop). Lines and events longer
+    than MAX_LINE raise LLMProtocolError.
+    """
 
     def __init__(self) -> None:
         self._text = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._buffer = ""
+        self._tail: list[str] = []  # an unterminated line, in pieces; no line break inside
+        self._tail_len = 0
         self._event = ""
         self._data: list[str] = []
+        self._data_len = 0
         self._id = ""
 
     def feed(self, chunk: bytes) -> list[Event]:
-        self._buffer += self._text.decode(chunk)
-        return self._drain(final=False)
+        return self._take(self._text.decode(chunk), final=False)
 
     def flush(self) -> list[Event]:
         """End of stream: dispatch a last event even without its blank line."""
-        self._buffer += self._text.decode(b"", final=True)
-        events = self._drain(final=True)
-        if self._buffer:
-            self._line(self._buffer, events)
-            self._buffer = ""
+        events = self._take(self._text.decode(b"", final=True), final=True)
+        if self._tail:
+            self._line("".join(self._tail), events)
+            self._tail, self._tail_len = [], 0
         self._dispatch(events)
         return events
 
-    def _drain(self, *, final: bool) -> list[Event]:
+    def _take(self, text: str, *, final: bool) -> list[Event]:
         events: list[Event] = []
-        buf = self._buffer
+        if "\n" not in text and "\r" not in text and not final:
+            if text:
+                self._tail.append(text)
+                self._tail_len += len(text)
+                if self._tail_len > MAX_LINE:
+                    raise LLMProtocolError(f"stream line longer than {MAX_LINE} characters")
+            return events
+        buf = "".join(self._tail) + text
+        self._tail, self._tail_len = [], 0
         start = 0
         n = len(buf)
         i = 0
@@ -61,7 +82,11 @@ class SSEDecoder:
                     i += 1
                 start = i + 1
             i += 1
-        self._buffer = buf[start:]
+        rest = buf[start:]
+        if rest:
+            if len(rest) > MAX_LINE:
+                raise LLMProtocolError(f"stream line longer than {MAX_LINE} characters")
+            self._tail, self._tail_len = [rest], len(rest)
         return events
 
     def _line(self, line: str, events: list[Event]) -> None:
@@ -77,6 +102,9 @@ class SSEDecoder:
             self._event = value
         elif name == "data":
             self._data.append(value)
+            self._data_len += len(value) + 1
+            if self._data_len > MAX_LINE:
+                raise LLMProtocolError(f"stream event larger than {MAX_LINE} characters")
         elif name == "id" and "\0" not in value:
             self._id = value
 
@@ -85,6 +113,7 @@ class SSEDecoder:
             events.append(Event(event=self._event, data="\n".join(self._data), id=self._id))
         self._event = ""
         self._data = []
+        self._data_len = 0
 
 
 async def aiter_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[Event]:

@@ -2,7 +2,9 @@
 
 Position: first. Reads: everything. Writes: on failure, the loop (fenced) and events.
 Finalizer: no. A lost fence is logged and swallowed; a limit pauses the loop with its
-reason; any other error fails the loop with a clear message. Cancellation propagates.
+reason; a lost database connection is not the model's failure: the turn is handed back
+(fenced) for another attempt, or, if the database is still away, its lease lapses and the
+reaper re-runs it; any other error fails the loop with a clear message. Cancellation propagates.
 """
 
 from __future__ import annotations
@@ -10,13 +12,19 @@ from __future__ import annotations
 import asyncio
 
 from agentd import logs
-from agentd.db.pool import transaction
+from agentd.db.pool import lost_connection, transaction, until_reachable
 from agentd.engine.context import TurnContext
 from agentd.engine.states import TransitionReason
-from agentd.errors import AgentdError, FenceLost, LimitExceeded, MaxDurationExceeded
+from agentd.errors import (
+    AgentdError,
+    FenceLost,
+    LimitExceeded,
+    MaxDurationExceeded,
+    TokenBudgetExceeded,
+)
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.wire import llm_events
-from agentd.store import events, loops, messages
+from agentd.store import events, jobs, loops, messages
 from agentd.store.models import NewEvent
 
 log = logs.get("agentd.turn")
@@ -30,6 +38,7 @@ class ErrorHandling:
         try:
             await self.app(ctx)
         except FenceLost:
+            ctx.runtime.telemetry.turn_outcome(ctx, "fence_lost")
             log.info("turn.fence_lost", loop_id=str(ctx.loop.id))
         except asyncio.CancelledError:
             raise
@@ -37,10 +46,17 @@ class ErrorHandling:
             reason = (
                 TransitionReason.MAX_DURATION
                 if isinstance(exc, MaxDurationExceeded)
+                else TransitionReason.TOKEN_BUDGET
+                if isinstance(exc, TokenBudgetExceeded)
                 else TransitionReason.MAX_STEPS
             )
             await self._settle(ctx, "paused", reason, exc.message, exc)
         except Exception as exc:
+            if lost_connection(exc):
+                # A database blip is not the model's failure: leave the turn to its lease.
+                ctx.runtime.telemetry.turn_outcome(ctx, "db_unavailable")
+                log.warning("turn.db_connection_lost", loop_id=str(ctx.loop.id), error=repr(exc))
+                return
             message = (
                 exc.message if isinstance(exc, AgentdError) else f"{type(exc).__name__}: {exc}"
             )
@@ -51,6 +67,16 @@ class ErrorHandling:
                 exc_info=not isinstance(exc, AgentdError),
             )
             await self._settle(ctx, "failed", TransitionReason.TURN_FAILED, message, exc)
+
+    async def _give_back(self, ctx: TurnContext) -> None:
+        async def release() -> None:
+            async with transaction(ctx.runtime.pool) as conn:
+                await loops.release_leases(conn, ids=[ctx.loop.id], tokens=[ctx.execution_token])
+                await jobs.notify(conn, queue="llm")
+
+        error = await until_reachable(release)
+        if error is not None:
+            log.info("turn.give_back_failed", loop_id=str(ctx.loop.id), error=repr(error))
 
     async def _settle(
         self, ctx: TurnContext, status: str, reason: str, message: str, exc: BaseException
@@ -67,6 +93,7 @@ class ErrorHandling:
                 error_message=message,
             )
             if row is None:
+                ctx.runtime.telemetry.turn_outcome(ctx, "fence_lost")
                 log.info("turn.fence_lost", loop_id=str(ctx.loop.id), while_="failing")
                 return
             await messages.fail_shells(conn, loop_id=ctx.loop.id)
@@ -93,3 +120,4 @@ class ErrorHandling:
             )
         ctx.events_flushed = True
         ctx.finished = True
+        ctx.runtime.telemetry.turn_outcome(ctx, status)

@@ -1,7 +1,10 @@
 """ErrorHandling: the outermost tool middleware.
 
-Position: first. A lost fence is logged and swallowed; cancellation propagates; any other
-error records `error_message` on the call and fails the loop (fenced by the generation).
+Position: first. A lost fence is logged and swallowed; cancellation propagates; a lost
+database connection is not the tool's failure: the call is handed back (fenced; a checkpointed
+result is kept), or, if the database is still away, its lease lapses and the reaper re-runs
+it with the same idempotency key; any other error records `error_message` on the call and
+fails the loop (fenced by the generation).
 Finalizer: no. Tool failures the model should see never reach here: ToolExecution turns
 them into error results.
 """
@@ -11,12 +14,12 @@ from __future__ import annotations
 import asyncio
 
 from agentd import logs
-from agentd.db.pool import transaction
+from agentd.db.pool import lost_connection, transaction, until_reachable
 from agentd.engine.context import ToolContext
 from agentd.engine.states import TransitionReason
 from agentd.errors import AgentdError, FenceLost
 from agentd.pipeline.builder import Handler
-from agentd.store import events, loops
+from agentd.store import events, jobs, loops, tool_calls
 from agentd.store.models import NewEvent
 
 log = logs.get("agentd.tool_call")
@@ -31,10 +34,22 @@ class ErrorHandling:
         try:
             await self.app(ctx)
         except FenceLost:
+            ctx.runtime.telemetry.tool_call_outcome(ctx, "fence_lost")
             log.info("tool_call.fence_lost", tool_call_id=tc.id, loop_id=str(tc.loop_id))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            if lost_connection(exc):
+                # A database blip is not the tool's failure: leave the call to its lease.
+                ctx.runtime.telemetry.tool_call_outcome(ctx, "db_unavailable")
+                log.warning(
+                    "tool_call.db_connection_lost",
+                    tool_call_id=tc.id,
+                    loop_id=str(tc.loop_id),
+                    error=repr(exc),
+                )
+                await self._give_back(ctx)
+                return
             message = (
                 exc.message if isinstance(exc, AgentdError) else f"{type(exc).__name__}: {exc}"
             )
@@ -57,6 +72,7 @@ class ErrorHandling:
                     error_message=text,
                 )
                 if row is None:
+                    ctx.runtime.telemetry.tool_call_outcome(ctx, "fence_lost")
                     return
                 await events.insert_many(
                     conn,
@@ -80,3 +96,16 @@ class ErrorHandling:
                         "error": text,
                     },
                 )
+            ctx.runtime.telemetry.tool_call_outcome(ctx, "failed")
+
+    async def _give_back(self, ctx: ToolContext) -> None:
+        tc = ctx.tool_call
+
+        async def release() -> None:
+            async with transaction(ctx.runtime.pool) as conn:
+                await tool_calls.release_leases(conn, ids=[tc.id], tokens=[ctx.lease_token])
+                await jobs.notify(conn, queue="tool")
+
+        error = await until_reachable(release)
+        if error is not None:
+            log.info("tool_call.give_back_failed", tool_call_id=tc.id, error=repr(error))
