@@ -51,9 +51,17 @@ def main(argv: list[str] | None = None) -> None:
         print(f"agentd: {exc}", file=sys.stderr)
         sys.exit(2)
     logs.configure(settings.log_format, settings.log_level)
+    from agentd.observability import tracing
+
+    tracing.setup_from_env()  # only when OTEL_TRACES_EXPORTER / an OTLP endpoint is set
     commands: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]] = {
-        "up": _up, "worker": _worker, "api": _api, "migrate": _migrate, "reap": _reap,
-        "prune": _prune, "demo": _demo,
+        "up": _up,
+        "worker": _worker,
+        "api": _api,
+        "migrate": _migrate,
+        "reap": _reap,
+        "prune": _prune,
+        "demo": _demo,
     }
     try:
         code = asyncio.run(commands[args.command](settings, args))
@@ -93,9 +101,12 @@ async def _database(settings: Settings, *, migrate_first: bool) -> AsyncIterator
                 await migrations.apply(conn)
             finally:
                 await conn.close()
-        pool = await dbpool.create_pool(url, min_size=settings.db_pool_min,
-                                        max_size=settings.db_pool_max,
-                                        statement_cache_size=settings.db_statement_cache_size)
+        pool = await dbpool.create_pool(
+            url,
+            min_size=settings.db_pool_min,
+            max_size=settings.db_pool_max,
+            statement_cache_size=settings.db_statement_cache_size,
+        )
         try:
             yield pool, direct
         finally:
@@ -128,9 +139,16 @@ class _Server:
             def capture_signals(self):  # type: ignore[no-untyped-def,override]
                 yield
 
-        config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None,
-                                access_log=False, lifespan="off",
-                                limit_concurrency=None, timeout_graceful_shutdown=5)
+        config = uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            limit_concurrency=None,
+            timeout_graceful_shutdown=5,
+        )
         self.server = Server(config)
 
     async def serve(self, stop: asyncio.Event) -> None:
@@ -149,9 +167,15 @@ def _app(settings: Settings, pool: Any, url: str, registry: Any, engine: Any, to
     from agentd.api.state import AppState
     from agentd.engine.lifecycle import Lifecycle
 
-    state = AppState(settings=settings, pool=pool, registry=registry,
-                     lifecycle=Lifecycle(pool, registry, settings), database_url=url,
-                     api_token=token, engine=engine)
+    state = AppState(
+        settings=settings,
+        pool=pool,
+        registry=registry,
+        lifecycle=Lifecycle(pool, registry, settings),
+        database_url=url,
+        api_token=token,
+        engine=engine,
+    )
     return create_app(state)
 
 
@@ -165,11 +189,11 @@ async def _up(settings: Settings, args: argparse.Namespace) -> int:
     registry = _registry(settings)
     token = _token(settings)
     async with _database(settings, migrate_first=True) as (pool, url):
-        engine = Engine(settings=settings, pool=pool, registry=registry, url=url,
-                        queues=list(QUEUES))
+        engine = Engine(
+            settings=settings, pool=pool, registry=registry, url=url, queues=list(QUEUES)
+        )
         server = _Server(_app(settings, pool, url, registry, engine, token), settings)
-        log.info("agentd.up", host=settings.host, port=settings.port,
-                 agents=registry.names())
+        log.info("agentd.up", host=settings.host, port=settings.port, agents=registry.names())
         async with asyncio.TaskGroup() as tg:
             tg.create_task(engine.run(stop), name="engine")
             tg.create_task(server.serve(stop), name="http")
@@ -183,9 +207,29 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
     registry = _registry(settings)
     async with _database(settings, migrate_first=False) as (pool, url):
         await _require_current(pool)
-        engine = Engine(settings=settings, pool=pool, registry=registry, url=url,
-                        queues=list(settings.queues))
-        await engine.run(stop)
+        engine = Engine(
+            settings=settings, pool=pool, registry=registry, url=url, queues=list(settings.queues)
+        )
+        if not settings.metrics_port:
+            await engine.run(stop)
+            return 0
+        from agentd.observability import probes
+
+        server = probes.ProbeServer(
+            probes.create_app(engine), host=settings.host, port=settings.metrics_port
+        )
+        log.info("agentd.metrics_port", host=settings.host, port=settings.metrics_port)
+        served = asyncio.Event()  # probes answer until the drain is over, not just begun
+
+        async def work() -> None:
+            try:
+                await engine.run(stop)
+            finally:
+                served.set()
+
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(work(), name="engine")
+            tg.create_task(server.run(served), name="probe-server")
     return 0
 
 
@@ -221,8 +265,10 @@ async def _migrate(settings: Settings, args: argparse.Namespace) -> int:
             applied = await migrations.apply(conn)
         finally:
             await conn.close()
-    print(f"agentd: applied {len(applied)} migration(s)"
-          + (": " + ", ".join(f"{m.version:04d}_{m.name}" for m in applied) if applied else ""))
+    print(
+        f"agentd: applied {len(applied)} migration(s)"
+        + (": " + ", ".join(f"{m.version:04d}_{m.name}" for m in applied) if applied else "")
+    )
     return 0
 
 
@@ -231,8 +277,10 @@ async def _reap(settings: Settings, args: argparse.Namespace) -> int:
 
     async with _database(settings, migrate_first=False) as (pool, _):
         report = await Reaper(settings, pool).sweep_once()
-    print("agentd: reaper sweep: " + (", ".join(f"{k}={v}" for k, v in report.as_log().items())
-                                      or "nothing to heal"))
+    print(
+        "agentd: reaper sweep: "
+        + (", ".join(f"{k}={v}" for k, v in report.as_log().items()) or "nothing to heal")
+    )
     return 0
 
 
@@ -241,8 +289,9 @@ async def _prune(settings: Settings, args: argparse.Namespace) -> int:
 
     async with _database(settings, migrate_first=False) as (pool, _):
         report = await Janitor(settings, pool).prune_once()
-    print(f"agentd: pruned {report.events} event(s), {report.inbound_sessions} inbound "
-          "MCP session(s)")
+    print(
+        f"agentd: pruned {report.events} event(s), {report.inbound_sessions} inbound MCP session(s)"
+    )
     return 0
 
 

@@ -17,6 +17,7 @@ from agentd.api import (
     problems,
     routes_approvals,
     routes_loops,
+    routes_providers,
     routes_schedules,
     streams,
 )
@@ -44,7 +45,7 @@ def create_app(state: AppState) -> FastAPI:
     )
     app.state.agentd = state
     app.state.stream_hub = streams.StreamHub(state.database_url)
-    app.state.metrics = metrics.Metrics()
+    app.state.metrics = metrics.Metrics(state)
     problems.install(app)
 
     app.include_router(health.router)
@@ -55,6 +56,7 @@ def create_app(state: AppState) -> FastAPI:
     v1.include_router(routes_approvals.router)
     v1.include_router(routes_approvals.agents_router)
     v1.include_router(routes_schedules.router)
+    v1.include_router(routes_providers.router)
     app.include_router(v1)
     _add_docs(app)
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentd.db.pool import Pool
 from agentd.engine.lifecycle import Lifecycle
+from agentd.observability.metrics import Telemetry
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
 
@@ -23,4 +24,5 @@ class AppState:
     database_url: str  # direct URL for LISTEN (live streams)
     api_token: str  # the operator token (never logged)
     engine: Engine | None = None  # set when this process also runs a worker
+    telemetry: Telemetry | None = None  # unset: the engine's, else the app makes one
     extras: dict[str, Any] = field(default_factory=dict)

@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentd.db.pool import Pool
+from agentd.observability.metrics import Telemetry
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
 
 if TYPE_CHECKING:
     from agentd.engine.lease_renewer import LeaseRenewer
     from agentd.engine.stacks import Stacks
+    from agentd.engine.stream_flusher import StreamFlusher
     from agentd.llm.client import LLMClient
 
 
@@ -29,9 +31,14 @@ class Runtime:
     hostname: str = field(default_factory=socket.gethostname)
     consumes: frozenset[str] = frozenset()
     renewer: LeaseRenewer | None = None
+    flusher: StreamFlusher | None = None
+    # One HTTP client for every MCP server call of this process (pooled connections).
+    mcp_http: Any = None
     # Called after a commit that enqueued work on a queue this process consumes, so the
     # successor is claimed at once without a NOTIFY (which would serialize commits).
     wake_local: Callable[[str], None] = field(default=lambda queue: None)
+    # Metrics shared with this process's /metrics (the API's, or the worker's probe port).
+    telemetry: Telemetry = field(default_factory=Telemetry)
     extras: dict[str, Any] = field(default_factory=dict)
 
     def tool_lease_seconds(self, mcp_timeouts: list[float] | None = None) -> float:

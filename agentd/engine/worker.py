@@ -25,6 +25,7 @@ from agentd.engine.context import ToolContext, TurnContext
 from agentd.engine.lease_renewer import Lease
 from agentd.engine.runtime import Runtime
 from agentd.engine.ticks import Signal
+from agentd.observability import scopes
 from agentd.store import jobs, loops, tool_calls
 from agentd.store.models import Loop
 
@@ -62,7 +63,12 @@ class Worker:
             loop_id = uuid.UUID(data["loop_id"])
         except (ValueError, KeyError, TypeError):
             return
+        # A revoke that names the generation (regenerate) spares a newer turn of the loop
+        # this process may already have claimed before the NOTIFY arrived.
+        only = data.get("token")
         for task, info in list(self.tasks.items()):
+            if only is not None and str(info.get("token")) != str(only):
+                continue
             if info.get("loop_id") == loop_id and not task.done():
                 info["cancelled_by"] = data.get("action", "control")
                 task.cancel(f"loop {data.get('action')}")
@@ -121,10 +127,19 @@ class Worker:
             )
         if claim is None:
             return None
+        if not claim.taken:  # lost a race for its concurrency key's last slot: claim again
+            log.debug("turn.concurrency_key_full", job_id=claim.job_id, loop_id=str(claim.loop_id))
+            return True
         if claim.loop is None:
             log.debug("turn.stale_job_dropped", job_id=claim.job_id, loop_id=str(claim.loop_id))
             return True
-        self._spawn("llm", claim.loop.id, self._run_turn(claim.loop), job_id=claim.job_id)
+        self._spawn(
+            "llm",
+            claim.loop.id,
+            self._run_turn(claim.loop),
+            job_id=claim.job_id,
+            token=claim.loop.execution_token,
+        )
         return True
 
     async def _claim_tool(self) -> bool | None:
@@ -149,6 +164,7 @@ class Worker:
             self._run_tool(tc, token, claim.generation, claim.agent),
             job_id=claim.job_id,
             tool_call_id=tc.id,
+            token=claim.generation,
         )
         return True
 
@@ -183,26 +199,31 @@ class Worker:
                 loop.id, token, loop.lease_seconds or 660.0, float(max_duration), task
             )  # type: ignore[arg-type]
         started = time.monotonic()
-        bound.debug("turn.claimed", step=loop.step_count)
         ctx = TurnContext(runtime=rt, loop=loop, execution_token=token)
-        try:
-            await rt.stacks.llm(agent_cls)(ctx)
-            bound.debug("turn.done", seconds=round(time.monotonic() - started, 3))
-        except asyncio.CancelledError:
-            why = (
-                lease.reason
-                if lease and lease.lost
-                else self.tasks.get(task, {}).get("cancelled_by", "shutdown")
-            )  # type: ignore[arg-type]
-            bound.info("turn.cancelled", reason=why)
-            if why == "shutdown":
-                raise
-        except Exception:
-            bound.exception("turn.crashed")
-        finally:
-            if lease is not None and rt.renewer is not None:
-                rt.renewer.unregister(lease)
-            self.turn_done.fire()
+        job_id = self.tasks.get(task, {}).get("job_id")  # type: ignore[arg-type]
+        with scopes.turn(rt.telemetry, ctx, worker=str(rt.worker_id), job_id=job_id):
+            bound.debug("turn.claimed")
+            try:
+                await rt.stacks.llm(agent_cls)(ctx)
+                bound.debug("turn.done", seconds=round(time.monotonic() - started, 3))
+            except asyncio.CancelledError:
+                why = (
+                    lease.reason
+                    if lease and lease.lost
+                    else self.tasks.get(task, {}).get("cancelled_by", "shutdown")
+                )  # type: ignore[arg-type]
+                lost = lease is not None and lease.lost
+                rt.telemetry.turn_outcome(ctx, "lease_lost" if lost else "cancelled")
+                bound.info("turn.cancelled", reason=why)
+                if why == "shutdown":
+                    raise
+            except Exception:
+                rt.telemetry.turn_outcome(ctx, "failed")
+                bound.exception("turn.crashed")
+            finally:
+                if lease is not None and rt.renewer is not None:
+                    rt.renewer.unregister(lease)
+                self.turn_done.fire()
 
     async def _run_tool(
         self, tc: Any, lease_token: uuid.UUID, generation: uuid.UUID, agent: str | None
@@ -217,23 +238,32 @@ class Worker:
         if rt.renewer is not None:
             lease = rt.renewer.register_tool(tc.id, lease_token, rt.tool_lease_seconds(), task)  # type: ignore[arg-type]
         ctx = ToolContext(runtime=rt, tool_call=tc, lease_token=lease_token, generation=generation)
-        try:
-            await rt.stacks.tool(agent_cls)(ctx)
-        except asyncio.CancelledError:
-            why = (
-                lease.reason
-                if lease and lease.lost
-                else self.tasks.get(task, {}).get("cancelled_by", "shutdown")
-            )  # type: ignore[arg-type]
-            bound.info("tool_call.cancelled", reason=why)
-            if why == "shutdown":
-                raise
-        except Exception:
-            bound.exception("tool_call.crashed")
-        finally:
-            if lease is not None and rt.renewer is not None:
-                rt.renewer.unregister(lease)
-            self.tool_done.fire()
+        job_id = self.tasks.get(task, {}).get("job_id")  # type: ignore[arg-type]
+        with scopes.tool_call(
+            rt.telemetry, ctx, agent=agent, worker=str(rt.worker_id), job_id=job_id
+        ):
+            bound.debug("tool_call.claimed", tool=tc.name)
+            try:
+                await rt.stacks.tool(agent_cls)(ctx)
+                bound.debug("tool_call.done", held=ctx.held)
+            except asyncio.CancelledError:
+                why = (
+                    lease.reason
+                    if lease and lease.lost
+                    else self.tasks.get(task, {}).get("cancelled_by", "shutdown")
+                )  # type: ignore[arg-type]
+                lost = lease is not None and lease.lost
+                rt.telemetry.tool_call_outcome(ctx, "lease_lost" if lost else "cancelled")
+                bound.info("tool_call.cancelled", reason=why)
+                if why == "shutdown":
+                    raise
+            except Exception:
+                rt.telemetry.tool_call_outcome(ctx, "failed")
+                bound.exception("tool_call.crashed")
+            finally:
+                if lease is not None and rt.renewer is not None:
+                    rt.renewer.unregister(lease)
+                self.tool_done.fire()
 
     # --- shutdown -----------------------------------------------------------------------------
 

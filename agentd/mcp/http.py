@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -17,8 +17,10 @@ from agentd.errors import McpError, McpSessionInvalid
 from agentd.mcp import eras, jsonrpc, sse
 from agentd.mcp.port import CallContext, DeliveryResult
 from agentd.mcp.transport_errors import map_transport_errors
+from agentd.observability import tracing
 
 _SNIPPET = 200
+_ROUTING = {"mcp-method", "mcp-name", "content-length"}
 
 
 @dataclass
@@ -127,6 +129,7 @@ class HttpTransport:
         if session_id:
             headers["Mcp-Session-Id"] = session_id
         headers.update(extra_headers)
+        tracing.inject(headers)  # W3C traceparent of the current MCP client span, if any
         expects_answer = not jsonrpc.is_notification(payload)
         started = time.monotonic()
         with map_transport_errors(self.url, timeout=self.timeout):
@@ -135,12 +138,29 @@ class HttpTransport:
                     "POST", self.url, content=raw_request.encode(), headers=headers
                 )
                 response = await client.send(request, stream=True, follow_redirects=True)
+                refused: list[str] = []
+
+                async def answer(message: dict[str, Any]) -> None:
+                    # A server→client request on the held stream (handshake era): refuse it
+                    # at once, so the server's call fails instead of waiting on a person.
+                    if message.get("method") != "ping":
+                        refused.append(str(message.get("method")))
+                    reply = jsonrpc.dumps(jsonrpc.refusal(message))
+                    back = {k: v for k, v in headers.items() if k.lower() not in _ROUTING}
+                    if sid := response.headers.get("mcp-session-id"):
+                        back["Mcp-Session-Id"] = sid
+                    with contextlib.suppress(httpx.HTTPError):
+                        ack = await client.post(self.url, content=reply.encode(), headers=back)
+                        await ack.aclose()
+
                 try:
                     status = response.status_code
                     ctype = response.headers.get("content-type", "")
                     notes: list[dict[str, Any]] = []
                     if "text/event-stream" in ctype and status < 400:
-                        raw_response, body, notes = await _read_sse(response, payload.get("id"))
+                        raw_response, body, notes = await _read_sse(
+                            response, payload.get("id"), answer
+                        )
                     else:
                         raw_response = (await response.aread()).decode("utf-8", errors="replace")
                         body = _parse_json(raw_response)
@@ -158,6 +178,7 @@ class HttpTransport:
             response_headers=redact.headers(response.headers),
             notifications=notes,
             era=era,
+            refused=refused,
         )
         if probing:
             return result
@@ -205,12 +226,16 @@ def _parse_json(text: str) -> Any:
 
 
 async def _read_sse(
-    response: httpx.Response, request_id: Any
+    response: httpx.Response,
+    request_id: Any,
+    answer: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
 ) -> tuple[str, Any, list[dict[str, Any]]]:
-    """Read events until the response whose id matches `request_id`; earlier messages are notes."""
+    """Read events until the response whose id matches `request_id`; earlier messages are
+    notes, and server→client requests among them are answered through `answer`."""
     lines: list[str] = []
     parser = sse.EventParser()
     notes: list[dict[str, Any]] = []
+    asks: list[dict[str, Any]] = []
 
     def take(event: sse.Event | None) -> Any:
         if event is None or not event.data.strip():
@@ -224,12 +249,16 @@ async def _read_sse(
         if jsonrpc.is_response(message) and message.get("id") == request_id:
             return message
         notes.append(message)
+        if jsonrpc.is_server_request(message):
+            asks.append(message)
         return None
 
     async for line in _lines(response):
         lines.append(line)
         if (found := take(parser.feed_line(line))) is not None:
             return "\n".join(lines) + "\n", found, notes
+        while asks and answer is not None:
+            await answer(asks.pop(0))
     if (found := take(parser.flush())) is not None:
         return "\n".join(lines), found, notes
     if request_id is None:

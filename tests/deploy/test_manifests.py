@@ -150,12 +150,16 @@ def test_k8s_ports_and_probes_match_settings_and_routes() -> None:
     assert {p["targetPort"] for p in svc["spec"]["ports"]} <= {"http", port}
 
 
-def test_worker_has_no_http_probes() -> None:
-    # `agentd worker` serves no HTTP; an httpGet probe would kill healthy workers.
+def test_worker_probes_use_its_metrics_port() -> None:
+    # `agentd worker` serves HTTP only on AGENTD_METRICS_PORT (/healthz, /readyz, /metrics).
     worker = named("Deployment", "agentd-worker")["spec"]["template"]["spec"]
     for c in worker["containers"]:
-        assert not {"readinessProbe", "livenessProbe", "startupProbe"} & set(c)
-        assert "ports" not in c
+        env = {e["name"]: e["value"] for e in c.get("env", [])}
+        port = int(env["AGENTD_METRICS_PORT"])
+        assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"probes": port}
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "probes"}
+        assert {"/readyz", "/healthz"} <= routes()
 
 
 def test_termination_grace_covers_shutdown_grace() -> None:

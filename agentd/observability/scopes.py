@@ -1,0 +1,149 @@
+"""The scope of one turn or tool call job: its span, its log context, its metrics.
+
+Entered by the worker around the whole pipeline, so every log line inside carries
+`loop_id`, `worker`, `job_id`, the turn's `step` or the `tool_call_id`, and `trace_id` /
+`span_id`; the outcome a pipeline noted (or the exception that escaped) is recorded
+exactly once on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from agentd.observability import metrics, tracing
+
+if TYPE_CHECKING:
+    from agentd.engine.context import ToolContext, TurnContext
+    from agentd.observability.metrics import Telemetry
+
+#: agent dialect -> `gen_ai.provider.name`
+_PROVIDERS = {"open_ai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini"}
+
+
+def _outcome_on_exit(ctx: Any, exc: BaseException | None, fallback: str) -> str:
+    if isinstance(exc, asyncio.CancelledError):
+        return ctx.metadata.get("outcome") or "cancelled"
+    if exc is not None:
+        return ctx.metadata.get("outcome") or "failed"
+    return ctx.metadata.get("outcome") or fallback
+
+
+@contextlib.contextmanager
+def turn(telemetry: Telemetry, ctx: TurnContext, *, worker: str, job_id: Any) -> Iterator[None]:
+    loop = ctx.loop
+    started = time.monotonic()
+    attributes = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.conversation.id": str(loop.id),
+        "gen_ai.agent.name": loop.agent,
+        "agentd.loop_id": str(loop.id),
+        "agentd.step": loop.step_count + 1,
+        "agentd.worker": worker,
+    }
+    with (
+        tracing.span("chat", client=True, attributes=attributes) as span,
+        structlog.contextvars.bound_contextvars(
+            loop_id=str(loop.id),
+            worker=worker,
+            job_id=job_id,
+            step=loop.step_count + 1,
+            **tracing.current_ids(),
+        ),
+    ):
+        exc: BaseException | None = None
+        try:
+            yield
+        except BaseException as e:
+            exc = e
+            raise
+        finally:
+            resp = ctx.response
+            fallback = ("tool_calls" if resp.tool_calls else "completed") if resp else "unknown"
+            outcome = _outcome_on_exit(ctx, exc, fallback)
+            model = metrics.model_of(ctx)
+            telemetry.turn_finished(
+                outcome,
+                agent=loop.agent,
+                model=model,
+                seconds=time.monotonic() - started,
+                ttft=resp.ttft if resp else None,
+                usage=resp.usage if resp else None,
+            )
+            _annotate_turn(span, ctx, model, outcome, exc)
+
+
+def _annotate_turn(
+    span: Any, ctx: TurnContext, model: str, outcome: str, exc: BaseException | None
+) -> None:
+    if not span.is_recording():
+        return
+    span.update_name(f"chat {model}")
+    span.set_attribute("gen_ai.request.model", model)
+    span.set_attribute("agentd.outcome", outcome)
+    if ctx.agent is not None:
+        dialect = getattr(ctx.agent, "dialect", "open_ai")
+        span.set_attribute("gen_ai.provider.name", _PROVIDERS.get(dialect, dialect))
+    resp = ctx.response
+    if resp is not None:
+        if resp.model:
+            span.set_attribute("gen_ai.response.model", resp.model)
+        if resp.finish_reason:
+            span.set_attribute("gen_ai.response.finish_reasons", [resp.finish_reason])
+        if resp.usage is not None:
+            span.set_attribute("gen_ai.usage.input_tokens", resp.usage.prompt_tokens)
+            span.set_attribute("gen_ai.usage.output_tokens", resp.usage.completion_tokens)
+        if resp.ttft is not None:
+            span.set_attribute("agentd.ttft_seconds", resp.ttft)
+    if outcome in ("failed", "paused", "db_unavailable"):
+        tracing.fail(span, type(exc).__name__ if exc else outcome)
+
+
+@contextlib.contextmanager
+def tool_call(
+    telemetry: Telemetry, ctx: ToolContext, *, agent: str | None, worker: str, job_id: Any
+) -> Iterator[None]:
+    tc = ctx.tool_call
+    started = time.monotonic()
+    attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": tc.name,
+        "gen_ai.tool.call.id": tc.provider_call_id,
+        "gen_ai.tool.type": "extension",
+        "gen_ai.conversation.id": str(tc.loop_id),
+        "gen_ai.agent.name": agent,
+        "agentd.loop_id": str(tc.loop_id),
+        "agentd.tool_call_id": tc.id,
+        "agentd.worker": worker,
+    }
+    with (
+        tracing.span(f"execute_tool {tc.name}", attributes=attributes, parent=tc.metadata) as span,
+        structlog.contextvars.bound_contextvars(
+            loop_id=str(tc.loop_id),
+            worker=worker,
+            job_id=job_id,
+            tool_call_id=tc.id,
+            tool=tc.name,
+            **tracing.current_ids(),
+        ),
+    ):
+        exc: BaseException | None = None
+        try:
+            yield
+        except BaseException as e:
+            exc = e
+            raise
+        finally:
+            outcome = _outcome_on_exit(ctx, exc, "awaiting_approval" if ctx.held else "unknown")
+            telemetry.tool_call_finished(
+                outcome, agent=agent or "unknown", seconds=time.monotonic() - started
+            )
+            if span.is_recording():
+                span.set_attribute("agentd.outcome", outcome)
+                if outcome in ("error", "failed", "db_unavailable"):
+                    tracing.fail(span, type(exc).__name__ if exc else outcome)
