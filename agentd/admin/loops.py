@@ -1,6 +1,7 @@
 """Loops: the filtered list, a loop's page (transcript, events, MCP, state), its live
-stream, and every action a person can take on it. Actions answer 303 with a flash message;
-a refused transition is a message on the page, never an error page."""
+stream, and every action a person can take on it, at a message too (fork, regenerate).
+Actions answer 303 with a flash message; a refused transition is a message on the page,
+never an error page."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from fastapi.responses import Response, StreamingResponse
 from agentd.admin import live, render
 from agentd.api.state import AppState
 from agentd.db.pool import connection
+from agentd.engine import tokens
 from agentd.engine.lifecycle import DEFAULT_RESUME_FROM
 from agentd.engine.states import ACTIVE, LoopStatus
 from agentd.errors import AgentdError
@@ -185,12 +187,15 @@ def transcript(
         by_message.setdefault(c.message_id, []).append(c)
     known = {c.id for c in calls}
     out = []
+    prev: int | None = None  # the message before, in the prompt: "regenerate this reply"
     for m in rows:
         if m.hidden and m.status != "processing":
             continue  # a failed shell: its turn was retried
-        if m.role == "tool" and m.tool_call_id in known:
-            continue
-        out.append({"m": m, "calls": by_message.get(m.id, [])})
+        live = not m.hidden and m.superseded_at is None
+        if not (m.role == "tool" and m.tool_call_id in known):
+            out.append({"m": m, "calls": by_message.get(m.id, []), "prev": prev, "live": live})
+        if live:
+            prev = m.id
     pending = [c for c in calls if c.approval_status == "pending"]
     return out, pending
 
@@ -201,8 +206,10 @@ async def _live_context(state: AppState, loop: Loop) -> dict[str, Any]:
         calls = await tool_calls.list_for_loop(conn, loop_id=loop.id)
         queued = await jobs.list_for_loop(conn, loop_id=loop.id)
     items, pending = transcript(rows, calls)
+    agent_cls = state.registry.get(loop.agent) if loop.agent in state.registry else None
     return {
         "lp": loop,
+        "budget": tokens.budget(agent_cls, loop),
         "items": items,
         "pending": pending,
         "jobs": queued,
@@ -328,6 +335,36 @@ async def continue_loop(request: Request, loop_id: str) -> Response:
     except AgentdError as exc:
         return render.redirect(request, back, flash=("error", exc.message))
     return render.redirect(request, back, flash=("ok", "Message added; the loop continues."))
+
+
+@router.post("/loops/{loop_id}/messages/{message_id}/{action}", include_in_schema=False)
+async def message_action(request: Request, loop_id: str, message_id: str, action: str) -> Response:
+    """Fork the loop at a message, or regenerate from it (later messages are superseded)."""
+    state = _state(request)
+    ident = parse_uuid(loop_id)
+    if ident is None:
+        return render.redirect(request, "/admin/loops", flash=("error", f"No loop {loop_id!r}."))
+    back = f"/admin/loops/{ident}"
+    if action not in ("fork", "regenerate") or not message_id.isdigit() or len(message_id) > 18:
+        return render.redirect(request, back, flash=("error", "Unknown message action."))
+    try:
+        if action == "fork":
+            new = await state.lifecycle.fork(ident, int(message_id))
+        else:
+            await state.lifecycle.regenerate(ident, int(message_id))
+    except AgentdError as exc:
+        return render.redirect(request, back, flash=("error", exc.message))
+    if action == "fork":
+        return render.redirect(
+            request,
+            f"/admin/loops/{new.id}",
+            flash=("ok", f"Forked at message {message_id}: a paused copy; resume it to run."),
+        )
+    return render.redirect(
+        request,
+        back,
+        flash=("ok", f"Regenerating after message {message_id}; later messages are superseded."),
+    )
 
 
 @router.post("/tool-calls/{tool_call_id}/approve", include_in_schema=False)

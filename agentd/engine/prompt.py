@@ -1,13 +1,72 @@
-"""Turns stored messages and tool calls into the dialect-neutral prompt history."""
+"""Turns stored messages and tool calls into the dialect-neutral prompt history.
+
+The prompt is `[system, summary?, messages after the summary's coverage...]`: hidden rows
+(streaming shells) and superseded rows (regenerate) never enter it, and of the compaction
+summaries only the latest counts. Every later prompt extends the previous one, so the
+provider's prefix cache keeps hitting (docs/long-loops.md: why not a sliding window).
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from agentd.llm.types import Message, ToolCallRequest
 from agentd.store.models import Message as MessageRow
 from agentd.store.models import ToolCall
 
+SUMMARY_HEADER = (
+    "[Summary of the earlier conversation. The messages it covers are no longer shown; "
+    "continue from it.]"
+)
+
+
+def prompt_rows(rows: list[MessageRow]) -> tuple[MessageRow | None, list[MessageRow]]:
+    """(the latest compaction summary or None, the rows the prompt shows after it)."""
+    live = [r for r in rows if not r.hidden and r.superseded_at is None]
+    summary = None
+    for r in live:
+        if r.summary_through is not None and (summary is None or r.id > summary.id):
+            summary = r
+    through = summary.summary_through if summary is not None else 0
+    return summary, [r for r in live if r.summary_through is None and r.id > (through or 0)]
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    summary: MessageRow | None  # the summary being replaced, folded into the new one
+    old: list[MessageRow]  # summarised away
+    tail: list[MessageRow]  # kept verbatim
+
+    @property
+    def through(self) -> int:
+        return self.old[-1].id
+
+
+def plan_compaction(rows: list[MessageRow], keep_tail: int) -> CompactionPlan | None:
+    """What a compaction would summarise and keep, or None when nothing can be summarised.
+
+    The tail never starts with a tool result: an assistant message stays with its results.
+    """
+    summary, current = prompt_rows(rows)
+    start = max(0, len(current) - max(0, keep_tail))
+    while 0 < start < len(current) and current[start].role == "tool":
+        start -= 1
+    if start == 0:
+        return None
+    return CompactionPlan(summary=summary, old=current[:start], tail=current[start:])
+
 
 def history(system_prompt: str, rows: list[MessageRow], calls: list[ToolCall]) -> list[Message]:
+    summary, current = prompt_rows(rows)
+    return render(system_prompt, summary, current, calls)
+
+
+def render(
+    system_prompt: str,
+    summary: MessageRow | None,
+    rows: list[MessageRow],
+    calls: list[ToolCall],
+) -> list[Message]:
     by_message: dict[int, list[ToolCall]] = {}
     by_id: dict[int, ToolCall] = {}
     for c in calls:
@@ -16,6 +75,10 @@ def history(system_prompt: str, rows: list[MessageRow], calls: list[ToolCall]) -
     out: list[Message] = []
     if system_prompt:
         out.append(Message(role="system", content=system_prompt))
+    if summary is not None:
+        # A user message, not a second system one: several chat templates (Qwen's among
+        # them) refuse a system message anywhere but first.
+        out.append(Message(role="user", content=f"{SUMMARY_HEADER}\n\n{summary.content or ''}"))
     for row in rows:
         if row.hidden:
             continue

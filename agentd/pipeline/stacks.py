@@ -14,6 +14,7 @@ from agentd.pipeline.builder import Builder, Handler
 from agentd.pipeline.llm import agent_initialization as llm_init
 from agentd.pipeline.llm import error_handling as llm_errors
 from agentd.pipeline.llm import event_logging as llm_events
+from agentd.pipeline.llm.compaction import Compaction
 from agentd.pipeline.llm.network_calling import NetworkCalling
 from agentd.pipeline.llm.response_parsing import ResponseParsing
 from agentd.pipeline.llm.tool_discovery import ToolDiscovery
@@ -32,6 +33,7 @@ def default_llm_builder() -> Builder[TurnContext]:
         .use(llm_init.AgentInitialization)
         .use(llm_events.EventLogging)
         .use(ToolDiscovery)
+        .use(Compaction)
         .use(NetworkCalling)
         .use(ResponseParsing)
     )

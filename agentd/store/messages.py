@@ -9,6 +9,7 @@ Called by: engine (pipelines, lifecycle, reaper), api (transcript).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -32,6 +33,8 @@ async def insert(
     ttft: float | None = None,
     duration: float | None = None,
     finish_reason: str | None = None,
+    tokens_estimated: bool = False,
+    summary_through: int | None = None,
 ) -> Message:
     rec = await conn.fetchrow(
         sql("message_insert"),
@@ -47,6 +50,8 @@ async def insert(
         ttft,
         duration,
         finish_reason,
+        tokens_estimated,
+        summary_through,
     )
     return Message.from_record(rec)
 
@@ -88,6 +93,7 @@ async def promote_shell(
     duration: float | None,
     finish_reason: str | None,
     step: int,
+    tokens_estimated: bool = False,
 ) -> Message | None:
     rec = await conn.fetchrow(
         sql("message_promote_shell"),
@@ -100,6 +106,7 @@ async def promote_shell(
         duration,
         finish_reason,
         step,
+        tokens_estimated,
     )
     return Message.from_record(rec) if rec else None
 
@@ -124,3 +131,44 @@ async def list_after(conn: Connection, *, loop_id: UUID, after_id: int) -> list[
         Message.from_record(r)
         for r in await conn.fetch(sql("message_list_after"), loop_id, after_id)
     ]
+
+
+async def get(conn: Connection, *, message_id: int) -> Message | None:
+    rec = await conn.fetchrow(sql("message_get"), message_id)
+    return Message.from_record(rec) if rec else None
+
+
+async def supersede_after(conn: Connection, *, loop_id: UUID, after_id: int) -> int:
+    """Take every visible row after `after_id` off the prompt (its own results stay)."""
+    return int(await conn.fetchval(sql("message_supersede_after"), loop_id, after_id))
+
+
+@dataclass(frozen=True)
+class ForkCopy:
+    messages: int
+    tool_calls: int
+    max_step: int
+
+
+async def copy_for_fork(
+    conn: Connection, *, source_loop_id: UUID, new_loop_id: UUID, at_message_id: int
+) -> ForkCopy:
+    """Copy the history up to and including `at_message_id` into `new_loop_id`, linked."""
+    rec = await conn.fetchrow(
+        sql("message_copy_for_fork"), source_loop_id, new_loop_id, at_message_id
+    )
+    await conn.execute(sql("message_relink_fork"), new_loop_id)
+    return ForkCopy(
+        messages=rec["messages"], tool_calls=rec["tool_calls"], max_step=rec["max_step"]
+    )
+
+
+async def update_partial_many(
+    conn: Connection,
+    *,
+    ids: list[int],
+    contents: list[str],
+    reasonings: list[str | None],
+    tokens: list[UUID],
+) -> None:
+    await conn.execute(sql("message_update_partial_many"), ids, contents, reasonings, tokens)

@@ -6,6 +6,7 @@ from agentd import Agent
 from agentd.errors import UnknownMiddleware
 from agentd.pipeline.builder import Builder
 from agentd.pipeline.llm.agent_initialization import AgentInitialization
+from agentd.pipeline.llm.compaction import Compaction
 from agentd.pipeline.llm.error_handling import ErrorHandling
 from agentd.pipeline.llm.event_logging import EventLogging
 from agentd.pipeline.llm.network_calling import NetworkCalling
@@ -49,6 +50,7 @@ def test_default_stacks_have_the_reference_order() -> None:
         AgentInitialization,
         EventLogging,
         ToolDiscovery,
+        Compaction,
         NetworkCalling,
         ResponseParsing,
     ]

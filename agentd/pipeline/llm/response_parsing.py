@@ -1,9 +1,10 @@
 """ResponseParsing: the canonical finalizer of an LLM turn.
 
 Position: last. Reads: ctx.response. Writes, in ONE transaction fenced by the turn's
-execution token: the loop (step, status, tokens), the assistant message (promoting the
-streaming shell), its tool calls, their jobs (all, or only the first when sequential), and
-the turn's events. Zero rows on the fence: FenceLost, nothing written.
+execution token: the loop (step, status, tokens: usage, or a flagged chars/4 estimate), the
+assistant message (promoting the streaming shell), its tool calls, their jobs (all, or only
+the first when sequential), and the turn's events. Zero rows on the fence: FenceLost,
+nothing written.
 Finalizer: yes — replacing this forfeits the fences.
 """
 
@@ -13,9 +14,10 @@ import json
 import uuid
 
 from agentd.db.pool import transaction
-from agentd.engine import dispatch
+from agentd.engine import dispatch, tokens
 from agentd.engine.context import TurnContext
 from agentd.errors import FenceLost
+from agentd.observability import tracing
 from agentd.pipeline.builder import Handler
 from agentd.store import events, loops, messages, tool_calls
 from agentd.store.models import NewEvent
@@ -31,12 +33,7 @@ class ResponseParsing:
         assert resp is not None and agent is not None
         runtime = ctx.runtime
         calls = resp.tool_calls
-        usage = resp.usage
-        tokens = (
-            (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
-            if usage
-            else (0, 0, 0)
-        )
+        used = tokens.of_turn(ctx.request, resp)  # the provider's usage, or an estimate
         sequential = bool(agent.sequential_tool_calls)
         async with transaction(runtime.pool) as conn:
             loop = await loops.finalize_turn(
@@ -44,7 +41,8 @@ class ResponseParsing:
                 loop_id=ctx.loop.id,
                 execution_token=ctx.execution_token,
                 completed=not calls,
-                tokens=tokens,
+                tokens=used.triple,
+                estimated=used.estimated,
             )
             if loop is None:
                 raise FenceLost()
@@ -53,7 +51,8 @@ class ResponseParsing:
                 content=resp.content,
                 reasoning=resp.reasoning,
                 metadata=resp.metadata,
-                tokens=tokens if usage else (None,) * 3,
+                tokens=used.triple,
+                tokens_estimated=used.estimated,
                 ttft=resp.ttft,
                 duration=resp.duration,
                 finish_reason=resp.finish_reason,
@@ -84,7 +83,12 @@ class ResponseParsing:
                             "name": c.name,
                             "arguments": c.arguments,
                             "arguments_raw": None if c.arguments is not None else c.raw_arguments,
-                            "metadata": {**c.metadata, "sequential": sequential},
+                            # The turn's trace context parents the tool call's span.
+                            "metadata": {
+                                **c.metadata,
+                                "sequential": sequential,
+                                **tracing.carrier(),
+                            },
                         }
                         for i, c in enumerate(calls)
                     ],
@@ -124,6 +128,7 @@ class ResponseParsing:
         ctx.events_flushed = True
         ctx.finished = True
         ctx.loop = loop
+        runtime.telemetry.turn_outcome(ctx, "tool_calls" if calls else "completed")
         if rows:
             dispatch.wake(runtime, "tool")
         await self.app(ctx)
