@@ -1,4 +1,5 @@
-"""GET /admin: loops by status, activity of the last hour, failures, queues, workers."""
+"""GET /admin: loops by status, activity of the last hour, failures, queues, workers,
+provider back-offs and limits, busy concurrency keys."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from fastapi.responses import Response
 from agentd.admin import render
 from agentd.db.pool import connection
 from agentd.engine.states import LoopStatus
-from agentd.store import events, jobs, loops, workers
+from agentd.store import concurrency_keys, events, jobs, loops, providers, workers
 
 router = APIRouter(prefix="/admin")
 
@@ -66,6 +67,10 @@ async def dashboard(request: Request) -> Response:
         depth = await jobs.depth(conn)
         fleet = await workers.list_(conn)
         maintenance = await workers.list_maintenance(conn)
+        provider_keys = await providers.list_(
+            conn, window_seconds=state.settings.provider_rate_window
+        )
+        busy_keys = await concurrency_keys.list_(conn, limit=20)
     now = datetime.now(UTC)
     buckets = minute_buckets(activity, now)
     queues = [
@@ -87,6 +92,8 @@ async def dashboard(request: Request) -> Response:
             "queues": queues,
             "workers": fleet,
             "maintenance": maintenance,
+            "providers": provider_keys,
+            "concurrency_keys": busy_keys,
             "now": now,
         },
     )

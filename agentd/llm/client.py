@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,10 @@ from agentd.llm.types import LLMRequest, LLMResponse, OnDelta, StreamDelta, Wire
 log = structlog.get_logger("agentd.llm")
 
 RetryPolicy = retry.RetryPolicy
+# Told of a 429/503 carrying Retry-After before any re-send; True: raise it instead of
+# sleeping here (the engine defers the turn fleet-wide rather than hold a worker slot).
+OnThrottled = Callable[[LLMStatusError], Awaitable[bool]]
+THROTTLE_STATUSES = frozenset({429, 503})
 MAX_LOGGED_BODY = 64 * 1024  # response bytes kept per exchange
 
 
@@ -43,6 +48,7 @@ class _Call:
     logged_body: Any
     exchanges: list[WireExchange] = field(default_factory=list)
     handed_over: bool = False  # latched at the first delta given to on_delta
+    throttled: OnThrottled | None = None
 
 
 class _Capture:
@@ -107,6 +113,7 @@ class LLMClient:
         *,
         dialect: str = "open_ai",
         on_delta: OnDelta | None = None,
+        throttled: OnThrottled | None = None,
     ) -> LLMResponse:
         """Send `request`; every LLMError raised carries `.exchanges` (all attempts so far)."""
         d = get_dialect(dialect)
@@ -131,6 +138,7 @@ class LLMClient:
             on_delta=on_delta,
             secrets=secrets,
             logged_body=_mask(redact.scrub(payload), secrets),
+            throttled=throttled,
         )
         deadline = asyncio.timeout(request.max_duration)
         try:
@@ -167,6 +175,14 @@ class LLMClient:
             except LLMError as err:
                 exchange.duration = time.monotonic() - started
                 exchange.error = _mask(f"{type(err).__name__}: {err.message}", call.secrets)
+                if (
+                    call.throttled is not None
+                    and isinstance(err, LLMStatusError)
+                    and err.status_code in THROTTLE_STATUSES
+                    and err.retry_after is not None
+                    and await call.throttled(err)
+                ):
+                    raise
                 decision = retry.decide(
                     attempt, exc=err, handed_over=call.handed_over, policy=self.policy
                 )

@@ -1,7 +1,8 @@
 """Job rows: enqueue in the caller's transaction, claim with SKIP LOCKED.
 
 Guarantee: a claim deletes the job and takes the turn (or tool lease) in one statement;
-a stale job (wrong generation, frozen or moved-on loop) is dropped, never run.
+a stale job (wrong generation, frozen or moved-on loop) is dropped, never run; a loop whose
+concurrency key is saturated is never claimed and never blocks other keys' loops.
 Tolerates: any number of workers claiming concurrently; duplicate jobs.
 Never: sends NOTIFY on the worker's successor path (it serializes commits).
 Called by: engine (worker, lifecycle, reaper), api via lifecycle.
@@ -22,7 +23,9 @@ from agentd.store.queries import sql
 class LlmClaim:
     job_id: int
     loop_id: UUID
-    loop: Loop | None  # None: the job was stale and has been dropped
+    loop: Loop | None  # None: the job was stale and has been dropped, or not taken
+    # False: a racing claim took its concurrency key's last slot; the job stays queued.
+    taken: bool = True
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,9 @@ async def claim_llm(
     if rec is None:
         return None
     loop = Loop.from_record(rec) if rec["id"] is not None else None
-    return LlmClaim(job_id=rec["job_id"], loop_id=rec["job_loop_id"], loop=loop)
+    return LlmClaim(
+        job_id=rec["job_id"], loop_id=rec["job_loop_id"], loop=loop, taken=rec["job_taken"]
+    )
 
 
 async def claim_tool(

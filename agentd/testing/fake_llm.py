@@ -92,6 +92,8 @@ class RecordedRequest:
     headers: dict[str, str]
     json: Any
     stream: bool
+    at: float = field(default_factory=time.monotonic)  # when it arrived (time.monotonic)
+    done_at: float | None = None  # when its response ended (or the client left)
 
 
 class _ClientGone(Exception):
@@ -666,7 +668,17 @@ class FakeLLM:
             await self._send_whole(conn, 404, b'{"error": "no such route"}')
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers}
-        self.requests.append(RecordedRequest(dialect, path, headers, payload, stream))
+        recorded = RecordedRequest(dialect, path, headers, payload, stream)
+        self.requests.append(recorded)
+        try:
+            await self._answer(conn, recorded, gemini)
+        finally:
+            recorded.done_at = time.monotonic()
+
+    async def _answer(
+        self, conn: _Conn, recorded: RecordedRequest, gemini: re.Match[str] | None
+    ) -> None:
+        dialect, payload, stream = recorded.dialect, recorded.json, recorded.stream
         reply = self._pick(last_message(dialect, payload))
         await conn.wait(reply.delay_before_first_byte)
         if reply.status is not None and reply.status >= 400:

@@ -13,24 +13,53 @@ SELECT pg_notify('agentd_jobs', $1);
 -- name: job_claim_llm :one
 -- Worker; claims the next LLM job and the loop's turn in one statement: the loop must be
 -- queued, unfrozen, and still on the job's generation, else the stale job is just dropped.
+-- A loop with a concurrency key that holds no slot yet needs one: jobs of saturated keys
+-- are skipped (snapshot view, so other keys are never blocked behind them), and the slot
+-- is taken by an upsert that re-checks the key's counter on its newest version under the
+-- key's row lock; if a racing claim took the last slot, the job stays (job_taken false).
+-- Lock order job -> loop -> key, as every statement that releases a slot (loop -> key).
 -- $1 execution_token uuid (fresh) · $2 worker_id uuid · $3 default_lease_seconds float
-WITH j AS (
-    DELETE FROM jobs WHERE id = (
-        SELECT id FROM jobs WHERE queue = 'llm' AND run_at <= now()
-        ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+WITH c AS (
+    SELECT jb.id, jb.loop_id, jb.generation, jb.lease_seconds FROM jobs jb
+    WHERE jb.queue = 'llm' AND jb.run_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM loops kl JOIN concurrency_keys ck ON ck.key = kl.concurrency_key
+                      WHERE kl.id = jb.loop_id AND NOT kl.concurrency_held
+                        AND ck.running >= kl.concurrency_limit)
+    ORDER BY jb.run_at, jb.id LIMIT 1 FOR UPDATE OF jb SKIP LOCKED
+), cand AS (
+    SELECT lo.id, lo.concurrency_key, lo.concurrency_limit, lo.concurrency_held
+    FROM loops lo JOIN c ON lo.id = c.loop_id
+    WHERE lo.status = 'queued' AND NOT lo.frozen
+      AND lo.execution_token IS NOT DISTINCT FROM c.generation
+    FOR UPDATE OF lo
+), k AS (
+    INSERT INTO concurrency_keys AS ck (key, running)
+    SELECT concurrency_key, 1 FROM cand
+    WHERE concurrency_key IS NOT NULL AND concurrency_limit IS NOT NULL AND NOT concurrency_held
+    ON CONFLICT (key) DO UPDATE SET running = ck.running + 1, updated_at = now()
+    WHERE ck.running < (SELECT concurrency_limit FROM cand)
+    RETURNING ck.key
+), j AS (
+    DELETE FROM jobs WHERE id = (SELECT id FROM c)
+      AND (NOT EXISTS (SELECT 1 FROM cand)
+           OR EXISTS (SELECT 1 FROM cand WHERE concurrency_key IS NULL
+                                             OR concurrency_limit IS NULL OR concurrency_held)
+           OR EXISTS (SELECT 1 FROM k))
     RETURNING id, loop_id, generation, lease_seconds
 ), l AS (
     UPDATE loops SET status = 'running', execution_token = $1, worker_id = $2,
         lease_seconds = coalesce(j.lease_seconds, loops.lease_seconds, $3),
         lease_expires_at = now() + make_interval(secs => coalesce(j.lease_seconds,
                                                                    loops.lease_seconds, $3)),
-        turn_started_at = now(), status_reason = 'claimed', updated_at = now()
+        turn_started_at = now(), status_reason = 'claimed', updated_at = now(),
+        concurrency_held = loops.concurrency_key IS NOT NULL AND loops.concurrency_limit IS NOT NULL
     FROM j
     WHERE loops.id = j.loop_id AND loops.status = 'queued' AND NOT loops.frozen
       AND loops.execution_token IS NOT DISTINCT FROM j.generation
     RETURNING loops.*
 )
-SELECT j.id AS job_id, j.loop_id AS job_loop_id, l.* FROM j LEFT JOIN l ON true;
+SELECT c.id AS job_id, c.loop_id AS job_loop_id, (j.id IS NOT NULL) AS job_taken, l.*
+FROM c LEFT JOIN j ON true LEFT JOIN l ON true;
 
 -- name: job_claim_tool :one
 -- Worker; claims the next tool job and the call's lease in one statement. Fence: the loop
