@@ -10,8 +10,9 @@ AgentdError
   Conflict
     InvalidTransition · AlreadyDecided
   BadRequest
+    InputInvalid
   LimitExceeded
-    MaxStepsExceeded · MaxDurationExceeded
+    MaxStepsExceeded · MaxDurationExceeded · TokenBudgetExceeded
   LLMError
     LLMTransportError · LLMTimeout · LLMStatusError · LLMProtocolError
   ToolError
@@ -108,6 +109,13 @@ class AlreadyDecided(Conflict):
     problem_type = "already-decided"
 
 
+class InputInvalid(BadRequest):
+    """The answer does not match what the MCP server asked for."""
+
+    problem_type = "validation-error"
+    status = 422
+
+
 class LimitExceeded(AgentdError):
     """A loop limit was exceeded."""
 
@@ -121,6 +129,10 @@ class MaxStepsExceeded(LimitExceeded):
 
 class MaxDurationExceeded(LimitExceeded):
     """The loop ran longer than its agent's max_duration."""
+
+
+class TokenBudgetExceeded(LimitExceeded):
+    """The loop spent its token budget (max_tokens_total)."""
 
 
 class LLMError(AgentdError):

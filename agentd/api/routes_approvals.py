@@ -1,14 +1,26 @@
-"""/v1/tool-calls/{id}/approve|deny and /v1/agents."""
+"""/v1/tool-calls/{id}/approve|deny, MCP input requests (/v1/loops/{id}/inputs,
+/v1/tool-calls/{id}/input) and /v1/agents."""
 
 from __future__ import annotations
 
 from typing import Annotated
+from uuid import UUID
 
 from fastapi import APIRouter, Body, Path, Request
 
 from agentd.api import problems
 from agentd.api.routes_loops import BIGINT, app_state
-from agentd.api.schemas import AgentOut, Decision, Page, ToolCallOut
+from agentd.api.schemas import (
+    AgentOut,
+    Decision,
+    InputAnswer,
+    InputRequestOut,
+    Page,
+    ToolCallOut,
+)
+from agentd.db.pool import connection
+from agentd.errors import LoopNotFound
+from agentd.store import loops, tool_calls
 
 router = APIRouter(tags=["approvals"])
 agents_router = APIRouter(tags=["agents"])
@@ -44,6 +56,42 @@ async def deny(
 ) -> ToolCallOut:
     """Refuse a parked call; the model sees the denial. Idempotent; 409 if approved."""
     return await _decide(request, tool_call_id, False, body)
+
+
+@router.get(
+    "/loops/{loop_id}/inputs",
+    summary="Tool calls waiting for a person's input (MCP elicitation)",
+    responses=problems.responses(401, 404, 422),
+)
+async def inputs(loop_id: UUID, request: Request) -> Page[InputRequestOut]:
+    """Calls whose MCP server asked for input mid-call (2026-07-28 InputRequiredResult);
+    each is parked until answered with POST /v1/tool-calls/{id}/input."""
+    state = app_state(request)
+    async with connection(state.pool) as conn:
+        if await loops.get(conn, loop_id=loop_id) is None:
+            raise LoopNotFound(f"no loop {loop_id}")
+        rows = await tool_calls.list_pending_input(conn, loop_id=loop_id)
+    return Page[InputRequestOut](items=[InputRequestOut.of(c) for c in rows], next_cursor=None)
+
+
+@router.post(
+    "/tool-calls/{tool_call_id}/input", summary="Answer an input request", responses=_DECIDE
+)
+async def answer_input(
+    tool_call_id: ToolCallId, request: Request, body: Annotated[InputAnswer, Body()]
+) -> ToolCallOut:
+    """Accept (with `content` matching the requested schema: 422 names the field),
+    decline or cancel; the call is re-enqueued and retried with the answer. Repeating the
+    same answer is a no-op; 409 if the call is not waiting for input."""
+    responses = {k: v.model_dump() for k, v in body.responses.items()} if body.responses else None
+    tc = await app_state(request).lifecycle.answer_input(
+        tool_call_id,
+        action=body.action,
+        content=body.content,
+        responses=responses,
+        answered_by="api",
+    )
+    return ToolCallOut.of(tc)
 
 
 @agents_router.get("/agents", summary="Registered agents", responses=problems.responses(401))

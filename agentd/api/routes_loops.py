@@ -1,4 +1,5 @@
-"""/v1/loops: start, list, show, transcript, events, continue, lifecycle, pending approvals."""
+"""/v1/loops: start, list, show, transcript, events, continue, lifecycle, fork and
+regenerate, pending approvals."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from fastapi import APIRouter, Body, Query, Request, Response
 from agentd.api import pagination, problems
 from agentd.api.schemas import (
     AppendMessage,
+    AtMessage,
     CleanStr,
     EventOut,
+    ForkLoop,
     LoopOut,
     MessageOut,
     Observe,
@@ -56,8 +59,16 @@ async def _get(state: AppState, loop_id: UUID) -> Loop:
 async def start_loop(body: StartLoop, request: Request, response: Response) -> LoopOut:
     """Create a loop for `agent` with a first user message; a worker picks it up."""
     state = app_state(request)
+    loop_state = body.state
+    if body.max_tokens_total is not None:
+        loop_state = {**(loop_state or {}), "max_tokens_total": body.max_tokens_total}
     loop = await state.lifecycle.start(
-        agent=body.agent, message=body.message, subject=body.subject, state=body.state
+        agent=body.agent,
+        message=body.message,
+        subject=body.subject,
+        state=loop_state,
+        concurrency_key=body.concurrency_key,
+        concurrency_limit=body.concurrency_limit,
     )
     response.headers["Location"] = f"/v1/loops/{loop.id}"
     return LoopOut.of(loop)
@@ -135,6 +146,27 @@ async def list_events(
 async def append_message(loop_id: UUID, body: AppendMessage, request: Request) -> LoopOut:
     """Only for a loop at rest (completed, failed, paused, stopped): 409 while it runs."""
     return LoopOut.of(await app_state(request).lifecycle.append_message(loop_id, body.content))
+
+
+@router.post(
+    "/{loop_id}/fork",
+    status_code=201,
+    summary="Fork the loop at a message",
+    responses=problems.responses(400, 401, 403, 404, 413, 422),
+)
+async def fork(loop_id: UUID, body: ForkLoop, request: Request, response: Response) -> LoopOut:
+    """A new paused loop holding copies of the history up to and including `message_id`
+    (with its tool calls and results); resume it to run. The source loop is untouched."""
+    loop = await app_state(request).lifecycle.fork(loop_id, body.message_id, title=body.title)
+    response.headers["Location"] = f"/v1/loops/{loop.id}"
+    return LoopOut.of(loop)
+
+
+@router.post("/{loop_id}/regenerate", summary="Re-run from a message", responses=_CHANGE)
+async def regenerate(loop_id: UUID, body: AtMessage, request: Request) -> LoopOut:
+    """Messages after `message_id` leave the prompt (marked `superseded`, kept on record)
+    and the loop runs again from there. A running loop's in-flight turn is cancelled first."""
+    return LoopOut.of(await app_state(request).lifecycle.regenerate(loop_id, body.message_id))
 
 
 @router.post("/{loop_id}/pause", summary="Pause", responses=_CHANGE)

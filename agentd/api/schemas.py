@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 from uuid import UUID
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -61,6 +61,24 @@ class StartLoop(_In):
         None, max_length=1000, description="Who or what the loop is about (the MCP principal)."
     )
     state: JsonObject | None = Field(None, description="A JSON object the agent can read.")
+    max_tokens_total: int | None = Field(
+        None,
+        ge=1,
+        le=2**62,
+        description="Token budget for this loop (overrides the agent's max_tokens_total; "
+        "kept in state). Past it the loop pauses with `token_budget_exceeded`.",
+    )
+    concurrency_key: CleanStr | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="Loops sharing this key (e.g. a customer id) run at most "
+        "`concurrency_limit` at once; the rest wait queued, first started first run. "
+        "Overrides the agent's key.",
+    )
+    concurrency_limit: int | None = Field(
+        None, ge=1, le=1_000_000, description="How many loops of `concurrency_key` may run."
+    )
 
     model_config = ConfigDict(
         extra="forbid",
@@ -68,6 +86,14 @@ class StartLoop(_In):
             "examples": [{"agent": "support", "message": "Where is my order?", "state": {}}]
         },
     )
+
+
+class AtMessage(_In):
+    message_id: int = Field(ge=1, le=2**63 - 1, description="A message of this loop.")
+
+
+class ForkLoop(AtMessage):
+    title: CleanStr | None = Field(None, max_length=1000, description="The new loop's title.")
 
 
 class AppendMessage(_In):
@@ -93,6 +119,27 @@ class Decision(_In):
     reason: CleanStr | None = Field(None, max_length=10_000, description="Why (recorded).")
 
 
+class InputAnswerItem(_In):
+    action: Literal["accept", "decline", "cancel"]
+    content: JsonObject | None = Field(
+        None, description="With accept: the answer, matching the request's requested_schema."
+    )
+
+
+class InputAnswer(_In):
+    """A person's answer to an MCP server's input request (an elicitation)."""
+
+    action: Literal["accept", "decline", "cancel"] | None = Field(
+        None, description="For a call that asked one thing (or to decline/cancel them all)."
+    )
+    content: JsonObject | None = Field(
+        None, description="With accept: the answer, matching the request's requested_schema."
+    )
+    responses: dict[CleanStr, InputAnswerItem] | None = Field(
+        None, description="One answer per request key, when the server asked several things."
+    )
+
+
 # --- responses -------------------------------------------------------------------------
 
 
@@ -107,6 +154,20 @@ class Tokens(BaseModel):
     prompt: int
     completion: int
     cached: int
+    estimated: bool = Field(
+        False, description="Some counts are chars/4 estimates: the provider sent no usage."
+    )
+
+
+class ForkedFrom(BaseModel):
+    loop_id: UUID | None = Field(description="Null once the source loop is deleted.")
+    message_id: int
+
+
+class Concurrency(BaseModel):
+    key: str
+    limit: int
+    holding: bool = Field(description="The loop holds one of the key's slots.")
 
 
 class LoopOut(BaseModel):
@@ -122,6 +183,12 @@ class LoopOut(BaseModel):
     frozen: bool
     observed: bool
     tokens: Tokens
+    forked_from: ForkedFrom | None = Field(
+        None, description="Set on a fork: the loop and message it was taken at."
+    )
+    concurrency: Concurrency | None = Field(
+        None, description="Set when the loop runs under a concurrency key."
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -143,7 +210,20 @@ class LoopOut(BaseModel):
                 prompt=loop.tokens_prompt,
                 completion=loop.tokens_completion,
                 cached=loop.tokens_cached,
+                estimated=loop.tokens_estimated,
             ),
+            forked_from=ForkedFrom(
+                loop_id=loop.forked_from_loop_id, message_id=loop.forked_from_message_id
+            )
+            if loop.forked_from_message_id is not None
+            else None,
+            concurrency=Concurrency(
+                key=loop.concurrency_key,
+                limit=loop.concurrency_limit or 1,
+                holding=loop.concurrency_held,
+            )
+            if loop.concurrency_key is not None
+            else None,
             created_at=loop.created_at,
             updated_at=loop.updated_at,
         )
@@ -167,6 +247,11 @@ class ToolCallOut(BaseModel):
     decided_at: datetime | None
     decided_by: str | None
     decision_reason: str | None
+    input_status: str | None = Field(
+        None, description="pending (an MCP server waits for a person's input), answered, or null."
+    )
+    input_rounds: int = Field(0, description="How many times the server asked for input.")
+    task_id: str | None = Field(None, description="The MCP task the server runs the call as.")
     created_at: datetime
 
     @classmethod
@@ -189,13 +274,51 @@ class ToolCallOut(BaseModel):
             decided_at=tc.decided_at,
             decided_by=tc.decided_by,
             decision_reason=tc.decision_reason,
+            input_status=tc.input_status,
+            input_rounds=tc.input_rounds,
+            task_id=tc.task_id,
             created_at=tc.created_at,
+        )
+
+
+class InputRequestItem(BaseModel):
+    key: str = Field(description="The server's key for this request (see `responses`).")
+    method: str | None = Field(description="elicitation/create.")
+    mode: str = Field(description="form (answer with content) or url (visit, then accept).")
+    message: str | None = Field(description="What the server asks, for the person.")
+    requested_schema: dict[str, Any] | None = Field(
+        description="JSON Schema the accepted content must match (form mode)."
+    )
+    url: str | None = Field(description="Where to go (url mode).")
+
+
+class InputRequestOut(BaseModel):
+    tool_call_id: int = Field(description="Answer with POST /v1/tool-calls/{id}/input.")
+    loop_id: UUID
+    name: str = Field(description="The tool the model called.")
+    arguments: dict[str, Any] | None
+    round: int = Field(description="1 for the server's first question, 2 for the next, ...")
+    requests: list[InputRequestItem]
+    asked_at: datetime
+
+    @classmethod
+    def of(cls, tc: ToolCall) -> InputRequestOut:
+        from agentd.engine.inputs import describe
+
+        return cls(
+            tool_call_id=tc.id,
+            loop_id=tc.loop_id,
+            name=tc.name,
+            arguments=tc.arguments if isinstance(tc.arguments, dict) else None,
+            round=tc.input_rounds,
+            requests=[InputRequestItem(**r) for r in describe(tc.input_request)],
+            asked_at=tc.updated_at,
         )
 
 
 class MessageOut(BaseModel):
     id: int
-    role: str = Field(description="user, assistant or tool.")
+    role: str = Field(description="user, assistant, tool, or system (a compaction summary).")
     content: str | None
     reasoning: str | None
     tool_calls: list[ToolCallOut] = Field(description="Calls this assistant message made.")
@@ -205,7 +328,19 @@ class MessageOut(BaseModel):
     step: int | None
     finish_reason: str | None
     error_message: str | None
-    tokens: Tokens | None
+    tokens: Tokens | None = Field(
+        description="The request that produced this message (assistant messages and "
+        "summaries): usage, or an estimate flagged `estimated`."
+    )
+    summary_through: int | None = Field(
+        None,
+        description="A compaction summary: the last message id it stands for in the prompt "
+        "(those messages stay in this transcript).",
+    )
+    superseded: bool = Field(False, description="Left the prompt at a regenerate; kept on record.")
+    forked_from_message_id: int | None = Field(
+        None, description="On a fork: the source loop's message this one was copied from."
+    )
     created_at: datetime
 
     @classmethod
@@ -216,6 +351,7 @@ class MessageOut(BaseModel):
                 prompt=msg.tokens_prompt or 0,
                 completion=msg.tokens_completion or 0,
                 cached=msg.tokens_cached or 0,
+                estimated=msg.tokens_estimated,
             )
         return cls(
             id=msg.id,
@@ -230,6 +366,9 @@ class MessageOut(BaseModel):
             finish_reason=msg.finish_reason,
             error_message=msg.error_message,
             tokens=tokens,
+            summary_through=msg.summary_through,
+            superseded=msg.superseded_at is not None,
+            forked_from_message_id=msg.forked_from_message_id,
             created_at=msg.created_at,
         )
 
@@ -282,3 +421,39 @@ class AgentOut(BaseModel):
     model: str | None
     streaming: bool | None
     sequential_tool_calls: bool | None
+
+
+class ProviderOut(BaseModel):
+    id: str = Field(description="Hash of base_url, model and key_fingerprint.")
+    base_url: str
+    model: str
+    key_fingerprint: str = Field(description="sha256 of the api token, first 12 hex digits.")
+    blocked_until: datetime | None = Field(
+        None, description="Back-off set by a 429/503 Retry-After; turns wait until then."
+    )
+    blocked_seconds: float
+    last_status: int | None
+    last_throttled_at: datetime | None
+    max_concurrency: int | None
+    rpm: int | None
+    tpm: int | None
+    in_flight: int
+    window_requests: int = Field(description="Requests admitted in the current rate window.")
+    window_tokens: int = Field(description="Tokens charged in the current rate window.")
+    throttled: int = Field(description="429/503 answers with Retry-After seen.")
+    admitted: int
+    deferred: int
+
+
+class ConcurrencyKeyOut(BaseModel):
+    key: str
+    running: int = Field(description="Loops holding a slot under the key.")
+    updated_at: datetime
+
+
+class ProvidersOut(BaseModel):
+    providers: list[ProviderOut]
+    concurrency_keys: list[ConcurrencyKeyOut] = Field(
+        description="The busiest concurrency keys (at most 100)."
+    )
+    window_seconds: float

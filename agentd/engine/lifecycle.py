@@ -1,4 +1,5 @@
-"""Loop lifecycle: start, continue, pause, resume, stop, freeze, observe, approve/deny.
+"""Loop lifecycle: start, continue, pause, resume, stop, freeze, observe, approve/deny,
+regenerate and fork.
 
 Guarantee: each transition happens in one transaction under the loop's row lock, enqueues
 what it makes runnable in that transaction, rotates or clears the execution token so a
@@ -11,12 +12,13 @@ Called by: api routes, the CLI, the demo, tests.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable
 from typing import Any
 
 from agentd.db.pool import Connection, Pool, transaction
-from agentd.engine import dispatch
+from agentd.engine import dispatch, forks, inputs
 from agentd.engine.states import ACTIVE, RESUMABLE, LoopStatus, TransitionReason
 from agentd.errors import (
     AlreadyDecided,
@@ -78,9 +80,9 @@ class Lifecycle:
         if unresolved:
             # Revoke before re-enqueueing, or the claim's lease check would strand them.
             await tool_calls.revoke_leases(conn, loop_id=loop.id)
-            runnable = [c for c in unresolved if c.approval_status != "pending"]
+            runnable = [c for c in unresolved if not _awaiting_person(c)]
             if self._sequential(loop.agent):
-                runnable = [c for c in unresolved[:1] if c.approval_status != "pending"]
+                runnable = [c for c in unresolved[:1] if not _awaiting_person(c)]
             status = LoopStatus.RUNNING if runnable else LoopStatus.WAITING
             row = await loops.set_status(
                 conn, loop_id=loop.id, status=status, execution_token=token, reason=reason
@@ -108,10 +110,17 @@ class Lifecycle:
         )
         return row
 
-    async def _cancel_in_flight(self, conn: Connection, loop: Loop, action: str) -> None:
+    async def _cancel_in_flight(
+        self, conn: Connection, loop: Loop, action: str, *, only_generation: bool = False
+    ) -> None:
         await messages.fail_shells(conn, loop_id=loop.id)
         await jobs.delete_for_loop(conn, loop_id=loop.id)
-        await events.control(conn, {"loop_id": str(loop.id), "action": action})
+        payload = {"loop_id": str(loop.id), "action": action}
+        if only_generation and loop.execution_token is not None:
+            # Re-dispatched in the same transaction: workers cancel only the revoked
+            # generation, never the new turn they may claim before this NOTIFY lands.
+            payload["token"] = str(loop.execution_token)
+        await events.control(conn, payload)
 
     # --- transitions --------------------------------------------------------------------
 
@@ -124,6 +133,8 @@ class Lifecycle:
         state: dict[str, Any] | None = None,
         title: str | None = None,
         observe: bool = False,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
     ) -> Loop:
         async with transaction(self.pool) as conn:
             return await self.start_in(
@@ -134,6 +145,8 @@ class Lifecycle:
                 state=state,
                 title=title,
                 observe=observe,
+                concurrency_key=concurrency_key,
+                concurrency_limit=concurrency_limit,
             )
 
     async def start_in(
@@ -146,11 +159,14 @@ class Lifecycle:
         state: dict[str, Any] | None = None,
         title: str | None = None,
         observe: bool = False,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
     ) -> Loop:
         """Start a loop inside the caller's transaction (the scheduler's tick uses this)."""
-        self.registry.get(agent)  # UnknownAgent before anything is written
+        cls = self.registry.get(agent)  # UnknownAgent before anything is written
         if not isinstance(message, str) or not message.strip():
             raise BadRequest("message must be a non-empty string")
+        key, limit = _concurrency(cls, concurrency_key, concurrency_limit)
         token = uuid.uuid4()
         loop = await loops.insert(
             conn,
@@ -161,6 +177,9 @@ class Lifecycle:
             title=title,
             observed=observe,
         )
+        if key is not None and limit is not None:
+            # Before the job is claimable: the claim must see the key with the job.
+            loop = await loops.set_concurrency(conn, loop_id=loop.id, key=key, limit=limit) or loop
         await messages.insert(conn, loop_id=loop.id, role="user", content=message)
         await dispatch.enqueue_llm(
             conn,
@@ -192,6 +211,41 @@ class Lifecycle:
             row = await self._dispatch(conn, loop, TransitionReason.CONTINUED)
             await self._record(conn, row, "loop.continued", TransitionReason.CONTINUED)
             return row
+
+    async def regenerate(self, loop_id: uuid.UUID, message_id: int) -> Loop:
+        """Re-run the loop from just after `message_id`; later messages are superseded.
+
+        They leave the prompt but stay on record. A running loop is revoked first, as pause
+        does (token rotated, in-flight work cancelled by NOTIFY), then re-dispatched.
+        """
+        async with transaction(self.pool) as conn:
+            loop = await self._locked(conn, loop_id)
+            msg = await forks.message_of(conn, loop, message_id)
+            await forks.check_regenerate_from(conn, loop, msg)
+            if loop.status in ACTIVE:
+                await self._cancel_in_flight(conn, loop, "regenerate", only_generation=True)
+            await tool_calls.revoke_leases(conn, loop_id=loop.id)
+            superseded = await messages.supersede_after(conn, loop_id=loop.id, after_id=msg.id)
+            cancelled = await tool_calls.cancel_superseded(conn, loop_id=loop.id)
+            row = await self._dispatch(conn, loop, TransitionReason.REGENERATED)
+            await self._record(
+                conn,
+                row,
+                "loop.regenerated",
+                TransitionReason.REGENERATED,
+                json.dumps(
+                    {"from_message_id": msg.id, "superseded": superseded, "cancelled": cancelled}
+                ),
+            )
+            return row
+
+    async def fork(self, loop_id: uuid.UUID, message_id: int, *, title: str | None = None) -> Loop:
+        """A new paused loop holding the history up to and including `message_id`."""
+        async with transaction(self.pool) as conn:
+            source = await loops.get(conn, loop_id=loop_id)  # no lock: never disturb it
+            if source is None:
+                raise LoopNotFound(f"no loop {loop_id}")
+            return await forks.fork_in(conn, source=source, message_id=message_id, title=title)
 
     async def pause(
         self, loop_id: uuid.UUID, *, reason: str = TransitionReason.PAUSED_BY_USER
@@ -360,3 +414,114 @@ class Lifecycle:
                 },
             )
             return decided
+
+    async def answer_input(
+        self,
+        tool_call_id: int,
+        *,
+        action: str | None = None,
+        content: dict[str, Any] | None = None,
+        responses: dict[str, dict[str, Any]] | None = None,
+        answered_by: str | None = None,
+    ) -> ToolCall:
+        """Answer an MCP server's input request on a parked call and re-enqueue the call;
+        the retry carries the answer. Repeating the same answer is harmless."""
+        async with transaction(self.pool) as conn:
+            peek = await tool_calls.get(conn, tool_call_id=tool_call_id)
+            if peek is None:
+                raise ToolCallNotFound(f"no tool call {tool_call_id}")
+            loop = await self._locked(conn, peek.loop_id)  # loop first: the engine's lock order
+            tc = await tool_calls.get_for_update(conn, tool_call_id=tool_call_id)
+            assert tc is not None
+            if tc.input_status == "pending" and tc.response_message_id is None:
+                response = inputs.build_response(
+                    tc.input_request, action=action, content=content, responses=responses
+                )
+            elif tc.input_status == "answered" and tc.input_response is not None:
+                response = inputs.build_response(
+                    tc.input_request, action=action, content=content, responses=responses
+                )
+                if response == tc.input_response:
+                    return tc
+                raise AlreadyDecided(
+                    f"tool call {tool_call_id} already has a different answer"
+                    f" (round {tc.input_rounds})",
+                    input_status=tc.input_status,
+                )
+            else:
+                state = "already run" if tc.executed_at is not None else "not waiting for input"
+                raise AlreadyDecided(
+                    f"tool call {tool_call_id} is {state}", input_status=tc.input_status
+                )
+            answered = await tool_calls.answer_input(
+                conn, tool_call_id=tc.id, input_response=response, answered_by=answered_by
+            )
+            assert answered is not None
+            if loop.status in (LoopStatus.RUNNING, LoopStatus.WAITING) and loop.execution_token:
+                await dispatch.enqueue_tools(
+                    conn,
+                    None,
+                    loop_id=loop.id,
+                    generation=loop.execution_token,
+                    calls=[answered],
+                    lease_seconds=None,
+                    notify=True,
+                )
+                if (
+                    loop.status == LoopStatus.WAITING
+                    and not await tool_calls.count_pending_approval(conn, loop_id=loop.id)
+                ):
+                    await loops.fenced_transition(
+                        conn,
+                        loop_id=loop.id,
+                        execution_token=loop.execution_token,
+                        from_statuses=["waiting"],
+                        status="running",
+                        reason=TransitionReason.INPUT_ANSWERED,
+                        new_token=loop.execution_token,
+                    )
+            actions = sorted({a["action"] for a in response["inputResponses"].values()})
+            await events.insert_many(
+                conn,
+                [
+                    NewEvent(
+                        name="tool_call.input_answered",
+                        loop_id=loop.id,
+                        tool_call_id=tc.id,
+                        reason=TransitionReason.INPUT_ANSWERED,
+                        log=f"round={tc.input_rounds} action={','.join(actions)}",
+                    )
+                ],
+            )
+            await events.publish(
+                conn,
+                {
+                    "type": "input",
+                    "loop_id": str(loop.id),
+                    "tool_call_id": tc.id,
+                    "actions": actions,
+                },
+            )
+            return answered
+
+
+def _awaiting_person(call: ToolCall) -> bool:
+    """A parked call: only a person's decision or answer makes it runnable again."""
+    return call.approval_status == "pending" or call.input_status == "pending"
+
+
+def _concurrency(cls: Any, key: str | None, limit: int | None) -> tuple[str | None, int | None]:
+    """A start's concurrency key and limit: the request's, else the agent's attributes."""
+    if key is None and limit is not None:
+        raise BadRequest("concurrency_limit needs a concurrency_key")
+    agent_key = cls.concurrency_key if isinstance(cls.concurrency_key, str) else None
+    agent_limit = cls.concurrency_limit if isinstance(cls.concurrency_limit, int) else None
+    key = key if key is not None else agent_key
+    limit = limit if limit is not None else agent_limit
+    if key is None:
+        return None, None
+    if not key.strip():
+        raise BadRequest("concurrency_key must be a non-empty string")
+    if limit is None or isinstance(limit, bool) or limit < 1:
+        raise BadRequest(f"concurrency key {key!r} needs a concurrency_limit >= 1")
+    return key, limit

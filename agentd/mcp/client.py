@@ -20,8 +20,15 @@ from agentd.mcp.port import (
 )
 from agentd.mcp.toolset import REQUIRES_APPROVAL_META_KEY
 from agentd.mcp.transports import transport_for
+from agentd.observability import tracing
 
 PREFIX_SEPARATOR = "__"
+ELICITATION_UNSUPPORTED = (
+    "this server asked for user input mid-call; agentd supports that only with MCP "
+    "2026-07-28 servers"
+)
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+TASK_TERMINAL = ("completed", "failed", "cancelled")
 STATELESS_PREFIX = "stateless-"  # marks a session id agentd made up; never sent on the wire
 _MAX_PAGES = 50
 
@@ -60,6 +67,7 @@ class McpTool:
     description: str
     input_schema: dict[str, Any]
     requires_approval: bool = False
+    task_support: str | None = None  # MCP execution.taskSupport: optional | required
 
 
 @dataclass
@@ -79,6 +87,10 @@ class ToolOutcome:
     exchanges: list[Exchange]
     content: list[dict[str, Any]] = field(default_factory=list)
     error_code: int | None = None  # set for a JSON-RPC (protocol) error answer
+    # 2026-07-28: the server needs input first ({"inputRequests": {...}, "requestState"}).
+    input_required: dict[str, Any] | None = None
+    # The server runs the call as an MCP task: its handle ({"taskId", "status", ...}).
+    task: dict[str, Any] | None = None
 
 
 def is_synthetic(session_id: str | None) -> bool:
@@ -86,9 +98,11 @@ def is_synthetic(session_id: str | None) -> bool:
 
 
 class McpClient:
-    def __init__(self, config: McpServerConfig, transport: Transport | None = None) -> None:
+    def __init__(
+        self, config: McpServerConfig, transport: Transport | None = None, *, http: Any = None
+    ) -> None:
         self.config = config
-        self.transport = transport if transport is not None else transport_for(config)
+        self.transport = transport if transport is not None else transport_for(config, http=http)
 
     @property
     def transport_kind(self) -> str:
@@ -178,6 +192,7 @@ class McpClient:
             requires_approval=bool(meta.get(REQUIRES_APPROVAL_META_KEY))
             if isinstance(meta, dict)
             else False,
+            task_support=_task_support(spec),
         )
 
     async def call_tool(
@@ -187,12 +202,23 @@ class McpClient:
         *,
         session_id: str,
         context: CallContext | None = None,
+        input_responses: dict[str, Any] | None = None,
+        request_state: str | None = None,
+        task: dict[str, Any] | None = None,
     ) -> ToolOutcome:
+        """One `tools/call`. `input_responses`/`request_state` retry a call that answered
+        with an InputRequiredResult (2026-07-28); `task` asks for task-augmented execution."""
         exchanges: list[Exchange] = []
         params: dict[str, Any] = {"name": remote_name, "arguments": arguments or {}}
         key = _idempotency_key_of(context)
         if key:
             params["_meta"] = {IDEMPOTENCY_META_KEY: key}
+        if input_responses is not None:
+            params["inputResponses"] = input_responses
+        if request_state is not None:
+            params["requestState"] = request_state
+        if task is not None:
+            params["task"] = task
         payload = jsonrpc.request("tools/call", params)
         try:
             delivery = await self._deliver(payload, session_id, context, exchanges)
@@ -205,7 +231,29 @@ class McpClient:
             delivery = await self._deliver(
                 jsonrpc.request("tools/call", params), session_id, context, exchanges
             )
-        return _outcome(delivery.body, session_id, exchanges)
+        return _outcome(delivery.body, session_id, exchanges, refused=delivery.refused)
+
+    # -- tasks -------------------------------------------------------------------------
+
+    async def get_task(
+        self, task_id: str, *, session_id: str, context: CallContext | None = None
+    ) -> tuple[dict[str, Any], list[Exchange]]:
+        """`tasks/get`: the task's current state (`status`, `pollInterval`, ...)."""
+        exchanges: list[Exchange] = []
+        result, _ = await self._request(
+            "tasks/get", {"taskId": task_id}, session_id, context, exchanges
+        )
+        return result, exchanges
+
+    async def task_result(
+        self, task_id: str, *, session_id: str, context: CallContext | None = None
+    ) -> ToolOutcome:
+        """`tasks/result`: the finished task's `tools/call` result, as an outcome."""
+        exchanges: list[Exchange] = []
+        delivery = await self._deliver(
+            jsonrpc.request("tasks/result", {"taskId": task_id}), session_id, context, exchanges
+        )
+        return _outcome(delivery.body, session_id, exchanges, refused=delivery.refused)
 
     # -- prompts & resources -------------------------------------------------------------
 
@@ -276,9 +324,16 @@ class McpClient:
         method = str(payload.get("method"))
         started = time.monotonic()
         try:
-            delivery = await self.transport.deliver(
-                payload, session_id=wire_session, context=context
-            )
+            with tracing.span(**_span_of(self, payload, wire_session)) as span:
+                try:
+                    delivery = await self.transport.deliver(
+                        payload, session_id=wire_session, context=context
+                    )
+                except Exception as exc:
+                    tracing.fail(span, type(exc).__name__)
+                    raise
+                if (err := jsonrpc.error_of(delivery.body)) is not None:
+                    tracing.fail(span, str(err.get("code")), jsonrpc.describe_error(err))
         except Exception as exc:
             exchanges.append(
                 Exchange(
@@ -300,6 +355,25 @@ class McpClient:
         return delivery
 
 
+def _span_of(client: McpClient, payload: dict[str, Any], session: str | None) -> dict[str, Any]:
+    """An MCP client span, after the semantic conventions: `{method} {tool}` for tools/call."""
+    method = str(payload.get("method"))
+    params = payload.get("params") or {}
+    tool = params.get("name") if method == "tools/call" else None
+    return {
+        "name": f"{method} {tool}" if tool else method,
+        "client": True,
+        "attributes": {
+            "mcp.method.name": method,
+            "mcp.session.id": session,
+            "jsonrpc.request.id": str(payload["id"]) if "id" in payload else None,
+            "gen_ai.tool.name": tool,
+            "agentd.mcp.server": client.config.name,
+            "agentd.mcp.transport": client.transport_kind,
+        },
+    }
+
+
 def _idempotency_key_of(context: CallContext | None) -> str | None:
     if context is None:
         return None
@@ -308,18 +382,69 @@ def _idempotency_key_of(context: CallContext | None) -> str | None:
     return idempotency_key(context.tool_call_id) if context.tool_call_id is not None else None
 
 
+def _task_support(spec: dict[str, Any]) -> str | None:
+    execution = spec.get("execution")
+    support = execution.get("taskSupport") if isinstance(execution, dict) else None
+    return support if support in ("optional", "required") else None
+
+
+def runs_tasks(capabilities: dict[str, Any]) -> bool:
+    """Does a server take task-augmented tools/call? (2025-11-25 `tasks` capability, or the
+    2026-07-28 tasks extension.)"""
+    tasks = capabilities.get("tasks")
+    if isinstance(tasks, dict):
+        requests = tasks.get("requests") or {}
+        tools = requests.get("tools") if isinstance(requests, dict) else None
+        if isinstance(tools, dict) and "call" in tools:
+            return True
+    extensions = capabilities.get("extensions")
+    return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
+
+
 def _outcome(
-    body: dict[str, Any] | None, session_id: str, exchanges: list[Exchange]
+    body: dict[str, Any] | None,
+    session_id: str,
+    exchanges: list[Exchange],
+    *,
+    refused: list[str] | None = None,
 ) -> ToolOutcome:
+    asked = [m for m in refused or [] if m in ("elicitation/create", "sampling/createMessage")]
     if (err := jsonrpc.error_of(body)) is not None:
         code = err.get("code")
+        text = jsonrpc.describe_error(err)
+        if asked:
+            text = f"{ELICITATION_UNSUPPORTED} (it sent {', '.join(asked)}). {text}"
         return ToolOutcome(
-            text=jsonrpc.describe_error(err), structured=None, is_error=True, session_id=session_id,
+            text=text, structured=None, is_error=True, session_id=session_id,
             exchanges=exchanges, error_code=code if isinstance(code, int) else None,
         )  # fmt: skip
     result = body.get("result") if body else None
     if not isinstance(result, dict):
         raise McpError("MCP server answered tools/call without a result object")
+    if asked:
+        # The server's own message (often "Error executing tool") follows ours.
+        said = "\n".join(
+            _content_text(c) for c in result.get("content") or [] if isinstance(c, dict)
+        )
+        return ToolOutcome(
+            text=f"{ELICITATION_UNSUPPORTED} (it sent {', '.join(asked)})."
+            + (f" The server said: {said}" if said else ""),
+            structured=None, is_error=True, session_id=session_id, exchanges=exchanges,
+        )  # fmt: skip
+    if result.get("resultType") == "input_required":
+        return ToolOutcome(
+            text="", structured=None, is_error=False, session_id=session_id, exchanges=exchanges,
+            input_required={
+                "inputRequests": result.get("inputRequests") or {},
+                "requestState": result.get("requestState"),
+            },
+        )  # fmt: skip
+    task = result.get("task")
+    if isinstance(task, dict) and isinstance(task.get("taskId"), str) and "content" not in result:
+        return ToolOutcome(
+            text="", structured=None, is_error=False, session_id=session_id, exchanges=exchanges,
+            task=task,
+        )  # fmt: skip
     content = [c for c in result.get("content") or [] if isinstance(c, dict)]
     structured = result.get("structuredContent")
     text = "\n".join(_content_text(c) for c in content)

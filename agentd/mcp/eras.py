@@ -21,6 +21,9 @@ MODERN_VERSION = "2026-07-28"
 HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_HANDSHAKE_VERSION = HANDSHAKE_VERSIONS[-1]
 CLIENT_INFO = {"name": "agentd", "version": __version__}
+# 2026-07-28 only: a server's input requests come back as an InputRequiredResult, which
+# agentd parks durably for a person (docs/tools.md, "Waiting on the world").
+MODERN_CLIENT_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}, "url": {}}}
 
 META_PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
@@ -49,7 +52,7 @@ def stamp(payload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     params = stamped.setdefault("params", {})
     meta = params.setdefault("_meta", {})
     meta.setdefault(META_PROTOCOL_VERSION, MODERN_VERSION)
-    meta.setdefault(META_CLIENT_CAPABILITIES, {})
+    meta.setdefault(META_CLIENT_CAPABILITIES, copy.deepcopy(MODERN_CLIENT_CAPABILITIES))
     meta.setdefault(META_CLIENT_INFO, CLIENT_INFO)
     headers = {"MCP-Protocol-Version": MODERN_VERSION, "Mcp-Method": str(payload.get("method"))}
     key = _NAME_BEARING.get(str(payload.get("method")))

@@ -73,3 +73,21 @@ def describe_error(err: dict[str, Any]) -> str:
 def dumps(envelope: Any) -> str:
     """The exact bytes we put on the wire (compact, UTF-8 kept readable)."""
     return json.dumps(envelope, separators=(",", ":"), ensure_ascii=False)
+
+
+def is_server_request(message: Any) -> bool:
+    """A request the server sent to the client (elicitation, sampling, roots, ping)."""
+    return isinstance(message, dict) and "method" in message and "id" in message
+
+
+def refusal(message: dict[str, Any]) -> dict[str, Any]:
+    """agentd's answer to a server→client request mid-call: ping is answered, the rest
+    refused (a person's answer cannot be awaited on a held connection)."""
+    if message.get("method") == "ping":
+        return result(message.get("id"), {})
+    return error(
+        message.get("id"),
+        METHOD_NOT_FOUND,
+        f"agentd does not answer {message.get('method')} on a held connection; it supports "
+        "user input only with MCP 2026-07-28 servers (InputRequiredResult)",
+    )

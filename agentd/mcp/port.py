@@ -39,6 +39,9 @@ class DeliveryResult:
     status: int | None = None
     stderr: str | None = None
     duration: float = 0.0
+    # Server→client requests the server sent mid-call and agentd refused (handshake era:
+    # it cannot hold a connection open across a person's answer), e.g. elicitation/create.
+    refused: list[str] = field(default_factory=list)
 
 
 @runtime_checkable

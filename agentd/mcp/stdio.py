@@ -109,6 +109,7 @@ class StdioTransport:
             status=200,
             stderr=(bytes(stderr).decode("utf-8", errors="replace") + session.stray) or None,
             duration=time.monotonic() - started,
+            refused=session.refused,
         )
 
 
@@ -123,6 +124,7 @@ class _Session:
         self.proc = proc
         self.target = target
         self.stray = ""  # non-JSON stdout lines, shown with stderr
+        self.refused: list[str] = []  # server→client requests refused mid-call
 
     async def send(self, envelope: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
@@ -149,10 +151,11 @@ class _Session:
             if jsonrpc.is_response(message) and message.get("id") == envelope.get("id"):
                 return message, text
             if isinstance(message, dict) and "method" in message and "id" in message:
-                # A server→client request (roots, sampling): we offer none of them.
-                await self.send(
-                    jsonrpc.error(message["id"], jsonrpc.METHOD_NOT_FOUND, "Not supported")
-                )
+                # A server→client request (roots, sampling, elicitation): agentd cannot
+                # hold this process open for a person, so it refuses (ping is answered).
+                await self.send(jsonrpc.refusal(message))
+                if message.get("method") != "ping":
+                    self.refused.append(str(message.get("method")))
 
 
 def _initialize_request() -> dict[str, Any]:

@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentd.errors import ConfigError, McpError, UnknownTool
-from agentd.mcp.client import Exchange, McpClient, McpTool, SessionInfo, ToolOutcome
+from agentd.mcp.client import (
+    Exchange,
+    McpClient,
+    McpTool,
+    SessionInfo,
+    ToolOutcome,
+    runs_tasks,
+)
 from agentd.mcp.config import McpServerConfig
 from agentd.mcp.port import CallContext
 
@@ -55,13 +62,13 @@ class Toolbox:
 
 
 async def open_toolbox(
-    configs: list[McpServerConfig], context: CallContext | None = None
+    configs: list[McpServerConfig], context: CallContext | None = None, *, http: Any = None
 ) -> Toolbox:
     names = [c.name for c in configs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ConfigError(f"MCP server names must be unique per agent: {', '.join(duplicates)}")
-    clients = {c.name: McpClient(c) for c in configs}
+    clients = {c.name: McpClient(c, http=http) for c in configs}
     results = await asyncio.gather(
         *(_open(client, context) for client in clients.values()), return_exceptions=True
     )
@@ -104,4 +111,9 @@ async def _open(
 ) -> tuple[SessionInfo, list[McpTool], list[Exchange]]:
     info = await client.initialize(context)
     tools, exchanges = await client.list_tools(info.session_id, context)
+    if runs_tasks(info.metadata.get("capabilities") or {}):
+        # Stored with the session: ToolExecution asks these tools for task execution.
+        task_tools = {t.remote_name: t.task_support for t in tools if t.task_support}
+        if task_tools:
+            info.metadata["taskTools"] = task_tools
     return info, tools, exchanges

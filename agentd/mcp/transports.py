@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentd.mcp.config import McpServerConfig
 from agentd.mcp.http import HttpTransport
 from agentd.mcp.port import Transport
 from agentd.mcp.stdio import StdioTransport
 
 
-def transport_for(config: McpServerConfig) -> Transport:
+def transport_for(config: McpServerConfig, *, http: Any = None) -> Transport:
+    """The transport an entry names; `http` is a shared httpx.AsyncClient to reuse."""
     if config.url is not None:
         return HttpTransport(
-            config.url, api_token=config.api_token, headers=config.headers, timeout=config.timeout
+            config.url,
+            api_token=config.api_token,
+            headers=config.headers,
+            timeout=config.timeout,
+            client=http,
         )
     if config.command is not None:
         return StdioTransport(
