@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+import httpx
+
 from agentd import logs
 from agentd.db.listener import Listener
 from agentd.db.pool import Pool, connection
@@ -21,7 +23,9 @@ from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.reaper import Reaper
 from agentd.engine.runtime import Runtime
 from agentd.engine.scheduler import Scheduler
+from agentd.engine.stream_flusher import StreamFlusher
 from agentd.engine.worker import Worker
+from agentd.observability.metrics import Telemetry
 from agentd.pipeline.stacks import Stacks
 from agentd.registry import AgentRegistry
 from agentd.settings import QUEUES, Settings
@@ -47,6 +51,7 @@ class Engine:
     queues: list[str] = field(default_factory=lambda: list(QUEUES))
     stacks: Stacks | None = None
     llm: object | None = None
+    telemetry: Telemetry = field(default_factory=Telemetry)
 
     def __post_init__(self) -> None:
         from agentd.llm.client import LLMClient, RetryPolicy
@@ -62,7 +67,14 @@ class Engine:
             llm=self.llm_client,
             stacks=self.stacks or Stacks(),  # type: ignore[arg-type]
             consumes=frozenset(self.queues),
+            telemetry=self.telemetry,
+            # Per-request timeouts come from each server's entry (asyncio.timeout).
+            mcp_http=httpx.AsyncClient(
+                timeout=None,
+                limits=httpx.Limits(max_connections=500, max_keepalive_connections=100),
+            ),
         )
+        self.runtime.flusher = StreamFlusher(self.pool, self.settings.stream_flush_interval)
         self.renewer = LeaseRenewer(
             self.settings,
             self.url,
@@ -83,6 +95,13 @@ class Engine:
         self.janitor = Janitor(self.settings, self.pool)
         self.lifecycle = Lifecycle(self.pool, self.registry, self.settings)
         self.scheduler = Scheduler(self.settings, self.pool, self.lifecycle)
+        maintains = "maintenance" in self.queues
+        self.telemetry.watch(
+            pool=self.pool,
+            renewer=self.renewer,
+            worker=self.worker,
+            reaper=self.reaper if maintains else None,
+        )
         self.started = asyncio.Event()
 
     @property
@@ -118,6 +137,7 @@ class Engine:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self.renewer.run(services_stop), name="lease-renewer")
                 tg.create_task(self.listener.run(services_stop), name="listener")
+                tg.create_task(self.runtime.flusher.run(services_stop), name="stream-flusher")
                 if "maintenance" in self.queues:
                     tg.create_task(self.reaper.run_liveness(services_stop), name="liveness")
                     tg.create_task(self.reaper.run(services_stop), name="reaper")
@@ -135,6 +155,7 @@ class Engine:
                 tg.create_task(work(), name="worker")
         finally:
             await self.renewer.close()
+            await self.runtime.mcp_http.aclose()
             if self.llm is None:
                 await self.llm_client.aclose()  # type: ignore[attr-defined]
             log.info("engine.stopped", worker=str(self.runtime.worker_id))

@@ -92,3 +92,8 @@ async def list_for_inbound(
 ) -> list[Event]:
     rows = await conn.fetch(sql("event_list_for_inbound"), inbound_session_id, after_id, limit)
     return [Event.from_record(r) for r in rows]
+
+
+async def publish_many(conn: Connection, payloads: list[str]) -> None:
+    if payloads:
+        await conn.execute(sql("event_publish_many"), payloads)

@@ -1,9 +1,14 @@
 """NetworkCalling: builds the prompt, calls the model, streams into a hidden shell.
 
-Position: after ToolDiscovery, before ResponseParsing. Reads: ctx.agent, ctx.tools.
+Position: after Compaction, before ResponseParsing. Reads: ctx.agent, ctx.tools, ctx.history
+(built here from the stored messages unless an earlier middleware built it). Raises the
+limits (max_steps, the token budget) before anything is sent.
 Writes: ctx.request, ctx.response, ctx.events; while streaming, a hidden `processing`
 assistant shell whose partial content is saved (and published to observers) at
 `stream_flush_interval`. Finalizer: no. Holds no DB connection during the model call.
+Before calling, the provider key's fleet-wide back-off and limits admit the call or defer
+the turn (engine/limits.py): then it returns without calling the next middleware, as it
+does when a 429/503 with Retry-After comes back (recorded for every worker first).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import time
 
 from agentd.agent import resolve
 from agentd.db.pool import connection, transaction
-from agentd.engine import prompt
+from agentd.engine import limits, prompt, tokens
 from agentd.engine.context import TurnContext
 from agentd.errors import LLMError, MaxDurationExceeded, MaxStepsExceeded
 from agentd.llm.types import LLMRequest, StreamDelta
@@ -32,11 +37,13 @@ class NetworkCalling:
         settings = ctx.runtime.settings
         if agent.max_steps is not None and ctx.loop.step_count >= agent.max_steps:
             raise MaxStepsExceeded(f"max_steps ({agent.max_steps}) reached")
+        tokens.check_budget(agent, ctx.loop)
         provider = await resolve(agent.llm_provider())
-        async with connection(ctx.runtime.pool) as conn:
-            rows = await messages.list_(conn, loop_id=ctx.loop.id)
-            calls = await tool_calls.list_for_loop(conn, loop_id=ctx.loop.id)
-        ctx.history = prompt.history(agent.system_prompt, rows, calls)
+        if not ctx.history:  # Compaction (or a host middleware) may have built it already
+            async with connection(ctx.runtime.pool) as conn:
+                rows = await messages.list_(conn, loop_id=ctx.loop.id)
+                calls = await tool_calls.list_for_loop(conn, loop_id=ctx.loop.id)
+            ctx.history = prompt.history(agent.system_prompt, rows, calls)
         ctx.request = LLMRequest(
             provider=provider,
             messages=ctx.history,
@@ -47,6 +54,9 @@ class NetworkCalling:
             max_tokens=agent.max_tokens,
             reasoning_strategies=agent.reasoning_strategies,
         )
+        gate = limits.Gate(ctx, provider)
+        if not await gate.admit():
+            return  # deferred: the turn is queued again, due when the provider allows
         on_delta = None
         if ctx.request.stream:
             on_delta = await self._open_shell(ctx)
@@ -54,18 +64,30 @@ class NetworkCalling:
         try:
             async with asyncio.timeout(max_duration):
                 ctx.response = await ctx.runtime.llm.complete(
-                    ctx.request, dialect=agent.dialect, on_delta=on_delta
+                    ctx.request,
+                    dialect=agent.dialect,
+                    on_delta=on_delta,
+                    throttled=gate.on_throttled,
                 )
         except TimeoutError as exc:
             raise MaxDurationExceeded(
                 f"the turn ran longer than max_duration ({max_duration:g}s)"
             ) from exc
         except LLMError as exc:
+            ctx.runtime.telemetry.llm_attempts(ctx, getattr(exc, "exchanges", []))
+            if await gate.deferred_after(exc):
+                return  # throttled: every worker waits out the Retry-After, this turn too
             ctx.events.extend(llm_events(getattr(exc, "exchanges", []), loop_id=ctx.loop.id))
             exc.exchanges = []  # type: ignore[attr-defined]  # recorded once, above
             raise
+        finally:
+            flusher = ctx.runtime.flusher
+            if ctx.response is None and ctx.shell_message_id is not None and flusher:
+                flusher.discard(ctx.shell_message_id)  # failed or cancelled: stop saving it
         if on_delta is not None:
             await on_delta(None)  # cancel the pending flush task, if any
+        ctx.runtime.telemetry.llm_attempts(ctx, ctx.response.exchanges)
+        await gate.settle(ctx.response.usage)
         ctx.events.extend(llm_events(ctx.response.exchanges, loop_id=ctx.loop.id))
         await self.app(ctx)
 
@@ -79,6 +101,20 @@ class NetworkCalling:
                 execution_token=ctx.execution_token,
             )
         ctx.shell_message_id = shell.id
+        flusher = runtime.flusher
+        if flusher is not None:
+            # One batched statement per tick for all of this process's streams.
+            flusher.open(
+                shell.id, loop_id=ctx.loop.id, token=ctx.execution_token, observed=ctx.loop.observed
+            )
+
+            async def submit(d: StreamDelta | None) -> None:
+                if d is None:
+                    await flusher.close(shell.id)
+                else:
+                    flusher.submit(shell.id, d.content, d.reasoning)
+
+            return submit
         content: list[str] = []
         reasoning: list[str] = []
         pending: list[str] = []

@@ -61,7 +61,7 @@ class ToolDiscovery:
         context = CallContext(
             agent=ctx.agent, loop=ctx.loop_view, principal=ctx.agent.mcp_principal
         )
-        box = await open_toolbox(configs, context)
+        box = await open_toolbox(configs, context, http=ctx.runtime.mcp_http)
         async with transaction(ctx.runtime.pool) as conn:
             current = await loops.get_for_update(conn, loop_id=ctx.loop.id)
             if current is None or current.execution_token != ctx.execution_token:

@@ -63,3 +63,8 @@ LIMIT $2;
 -- Admin: an inbound MCP session's event history (events_inbound); keyset by id; no fence.
 -- $1 inbound_session_id bigint · $2 after_id bigint · $3 limit int
 SELECT * FROM events WHERE inbound_session_id = $1 AND id > $2 ORDER BY id LIMIT $3;
+
+-- name: event_publish_many :exec
+-- StreamFlusher: every observed stream's pending delta, in one statement.
+-- $1 payloads text[] (JSON, each < 8000 bytes)
+SELECT pg_notify('agentd_stream', p) FROM unnest($1::text[]) AS p;

@@ -1,0 +1,1 @@
+"""agentd benchmarks (run by hand; see bench/README.md)."""

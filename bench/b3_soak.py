@@ -1,0 +1,142 @@
+"""B3 soak with autovacuum cycles: zero-cost loops, c=16, sync on, default autovacuum
+(plus the tables' own settings), sampled every second, reported per 10-s window.
+Target: worst 10-s window ≥ 0.4 × the run's median window. Variant --hold: one idle
+REPEATABLE READ transaction holds the xmin horizon from 1/3 to 2/3 of the run.
+
+    python -m bench.b3_soak [--minutes 2 | --minutes 10] [--hold]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from typing import Any
+
+import asyncpg
+
+from agentd.settings import Settings
+from bench import agents, engine_proc
+from bench.b1_overhead import seed
+from bench.common import Calibration, ThrowawayDB, save, table
+
+
+async def run(url: str, seconds: float, hold: bool) -> dict[str, Any]:
+    db = await asyncpg.connect(url)
+    await db.execute("TRUNCATE jobs, loops CASCADE")
+    await seed(url, 256)
+    holder = await asyncpg.connect(url)
+    settings = Settings(
+        database_url=url, log_level="warning", llm_concurrency=16, tool_concurrency=16
+    )
+    per_s, dead, vac = [], [], []
+    tx = None
+    released = False
+    # rounds large: loops never finish; history length grows (a real loop's does too)
+    async with engine_proc.EngineHarness(
+        url, settings, llm=agents.ZeroLLM(rounds=10**6), count_rt=False
+    ):
+        t0 = time.monotonic()
+        while (el := time.monotonic() - t0) < seconds:
+            if hold and tx is None and el > seconds / 3:
+                tx = holder.transaction(isolation="repeatable_read")
+                await tx.start()
+                await holder.fetchval("SELECT count(*) FROM loops")
+            if hold and tx is not None and el > 2 * seconds / 3 and not released:
+                await tx.rollback()
+                released = True
+            s0 = sum(agents.COUNTS.values())
+            await asyncio.sleep(1.0)
+            per_s.append(sum(agents.COUNTS.values()) - s0)
+            r = await db.fetchrow(
+                "SELECT sum(n_dead_tup) AS d, max(coalesce(last_autovacuum, 'epoch')) AS v"
+                " FROM pg_stat_user_tables WHERE relname IN ('jobs','loops','tool_calls',"
+                "'messages')"
+            )
+            dead.append(int(r["d"] or 0))
+            vac.append(str(r["v"]))
+    await holder.close()
+    await db.close()
+    windows = [sum(per_s[i : i + 10]) / 10 for i in range(0, len(per_s) - 9, 10)]
+    med = statistics.median(windows)
+    return {
+        "hold": hold,
+        "per_s": per_s,
+        "dead": dead,
+        "windows": windows,
+        "median": med,
+        "worst": min(windows),
+        "ratio": min(windows) / med if med else 0,
+        "autovacuums_seen": len(set(vac)) - 1,
+    }
+
+
+async def main_async(a: argparse.Namespace) -> None:
+    from agentd import logs
+
+    logs.configure("console", "warning")
+    runs = []
+    async with ThrowawayDB("b3") as db:
+        cal = Calibration(db.url, [(True, 16)], seconds=3)
+        cal.run("before")
+        for hold in [False, True] if a.hold else [False]:
+            runs.append(await run(db.url, a.minutes * 60, hold))
+            print(
+                f"  B3 hold={hold}: windows {[round(x) for x in runs[-1]['windows']]}", flush=True
+            )
+        cal.run("after")
+    R = cal.R(True, 16)
+    rows = [
+        [
+            "held xmin" if r["hold"] else "control",
+            len(r["windows"]),
+            r["median"],
+            r["median"] / R,
+            r["worst"],
+            r["ratio"],
+            "≥0.4",
+            "ok" if r["ratio"] >= 0.4 else "MISS",
+            r["autovacuums_seen"],
+            max(r["dead"]),
+        ]
+        for r in runs
+    ]
+    out = table(
+        f"B3 soak ({a.minutes:g} min, c=16, sync on): worst 10-s window ÷ median",
+        [
+            "variant",
+            "windows",
+            "median jobs/s",
+            "median÷R(on,16)",
+            "worst",
+            "worst/median",
+            "target",
+            "",
+            "autovacuum runs",
+            "max dead tuples",
+        ],
+        rows,
+    )
+
+    def chart(ax: Any) -> None:
+        for r in runs:
+            ax.plot(r["per_s"], label=("held xmin" if r["hold"] else "control") + " jobs/s")
+        ax2 = ax.twinx()
+        for r in runs:
+            ax2.plot(r["dead"], linestyle=":", label="dead tuples")
+        ax.set_xlabel("s")
+        ax.legend(loc="upper left")
+
+    save("b3_soak", {"calibration": cal.as_json(), "runs": runs, "table": out}, chart)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--minutes", type=float, default=2)
+    p.add_argument("--hold", action="store_true")
+    asyncio.run(main_async(p.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

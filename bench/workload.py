@@ -1,0 +1,122 @@
+"""The shared end-to-end workload: LLM step -> parallel tool steps -> LLM step, against
+FakeLLM and fake_mcp over HTTP. The same client code (agentd's LLMClient and McpClient) is
+used by the bare loop (no DB, no engine) and by the DBOS workflow."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from agentd.llm.client import LLMClient
+from agentd.llm.types import LLMRequest, Message, Provider, ToolSpec
+from agentd.mcp.config import McpServerConfig
+from agentd.mcp.port import CallContext
+from agentd.mcp.toolbox import open_toolbox
+
+TOOLS_PER_TURN = 2
+
+
+def rules(stream: bool = False, chunk_delay: float = 0.0, chunks: int = 1) -> list[dict[str, Any]]:
+    """user -> 2 tool calls (add, echo); tool result -> a final answer."""
+    final: dict[str, Any] = {
+        "content": "x" * (8 * chunks),
+        "chunk_size": 8,
+        "chunk_delay": chunk_delay,
+    }
+    return [
+        {"match": {"role": "tool"}, "reply": final},
+        {
+            "match": None,
+            "reply": {
+                "tool_calls": [
+                    {"name": "add", "arguments": {"a": 1, "b": 2}},
+                    {"name": "echo", "arguments": {"text": "hi"}},
+                ][:TOOLS_PER_TURN]
+            },
+        },
+    ]
+
+
+class BareLoop:
+    """One agent loop with no database: the HTTP work agentd's pipelines do per loop."""
+
+    def __init__(self, llm_url: str, mcp_url: str, llm: LLMClient | None = None) -> None:
+        self.steps = 0  # LLM steps + tool steps finished (counted as they finish)
+        self.provider = Provider(base_url=llm_url, model="fake-model")
+        self.config = McpServerConfig(name="fake", url=mcp_url)
+        self.llm = llm or LLMClient()
+
+    async def discover(self) -> tuple[Any, list[ToolSpec]]:
+        box = await open_toolbox([self.config], CallContext())
+        specs = [
+            ToolSpec(
+                name=t.name,
+                description=t.description or "",
+                input_schema=t.input_schema or {"type": "object"},
+            )
+            for t in box.tools
+        ]
+        return box, specs
+
+    async def llm_step(self, messages: list[Message], specs: list[ToolSpec]) -> Any:
+        r = await self.llm.complete(
+            LLMRequest(provider=self.provider, messages=messages, tools=specs), dialect="open_ai"
+        )
+        self.steps += 1
+        return r
+
+    async def tool_step(self, box: Any, name: str, args: dict[str, Any], key: str) -> str:
+        tool = next(t for t in box.tools if t.name == name)
+        client = box.clients[tool.server]
+        out = await client.call_tool(
+            tool.remote_name,
+            args,
+            session_id=box.sessions[tool.server].session_id,
+            context=CallContext(idempotency_key=key),
+        )
+        self.steps += 1
+        return out.text
+
+    async def run_one(self) -> int:
+        box, specs = await self.discover()
+        msgs = [Message(role="system", content="bench"), Message(role="user", content="go")]
+        steps = 0
+        while True:
+            resp = await self.llm_step(msgs, specs)
+            steps += 1
+            if not resp.tool_calls:
+                return steps
+            msgs.append(Message(role="assistant", content=resp.content, tool_calls=resp.tool_calls))
+            results = await asyncio.gather(
+                *(
+                    self.tool_step(box, c.name, c.arguments or {}, uuid.uuid4().hex)
+                    for c in resp.tool_calls
+                )
+            )
+            steps += len(results)
+            for c, r in zip(resp.tool_calls, results, strict=True):
+                msgs.append(Message(role="tool", content=r, tool_call_id=c.id))
+
+
+async def bare_throughput(
+    llm_url: str, mcp_url: str, c: int, seconds: float, warmup: float
+) -> dict[str, float]:
+    loop = BareLoop(llm_url, mcp_url)
+    done = {"steps": 0, "loops": 0}
+    stop = asyncio.Event()
+
+    async def worker() -> None:
+        while not stop.is_set():
+            await loop.run_one()
+            done["loops"] += 1
+
+    tasks = [asyncio.create_task(worker()) for _ in range(c)]
+    await asyncio.sleep(warmup)
+    s0, l0 = loop.steps, done["loops"]
+    await asyncio.sleep(seconds)
+    s1, l1 = loop.steps, done["loops"]
+    stop.set()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await loop.llm.aclose()
+    return {"jobs_per_s": (s1 - s0) / seconds, "loops_per_s": (l1 - l0) / seconds}
