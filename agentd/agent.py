@@ -67,6 +67,28 @@ class Agent:
     refresh_mcp_tools: bool = True
     approval_required: ClassVar[list[str]] = []  # advertised tool names that need a person
     approval_timeout: float | None = None  # seconds; past it the reaper denies as expired
+    # Fleet-wide limits on this agent's provider key (base_url + model + token fingerprint),
+    # shared with every agent on the same key; the stricter of these and a matching
+    # [providers.*] table applies (docs/limits.md). None: no limit.
+    provider_max_concurrency: int | None = None
+    provider_rpm: int | None = None
+    provider_tpm: int | None = None
+    # At most `concurrency_limit` loops with this key run at once; a start request may name
+    # its own key (e.g. a customer id). Both None: no key.
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
+    # Long loops (docs/long-loops.md). A budget pauses the loop (`token_budget_exceeded`);
+    # loop state `max_tokens_total` overrides it per loop.
+    max_tokens_total: int | None = None  # prompt + completion tokens the loop may spend
+    context_window: int | None = None  # the model's window in tokens; None = never compact
+    compaction_threshold: float = 0.8  # compact when the prompt reaches this share of it
+    compaction_keep_tail: int = 6  # recent messages kept verbatim after the summary
+    compaction_prompt: str = (
+        "Summarise the conversation above so that you can continue the task from the "
+        "summary alone: the goal, what was done and found (with exact names, numbers and "
+        "identifiers), decisions taken, and what remains to do. Do not call any tools; "
+        "answer with the summary only."
+    )
 
     def __init__(self, loop: LoopView | None = None) -> None:
         self.loop = loop or LoopView()

@@ -69,6 +69,16 @@ class AgentConfig(BaseModel):
     refresh_mcp_tools: bool = True
     approval_required: list[str] = Field(default_factory=list)
     approval_timeout: float | None = Field(None, gt=0)
+    max_tokens_total: int | None = Field(None, ge=1)
+    context_window: int | None = Field(None, ge=1)
+    compaction_threshold: float = Field(0.8, gt=0, le=1)
+    compaction_keep_tail: int = Field(6, ge=0)
+    compaction_prompt: str | None = None
+    provider_max_concurrency: int | None = Field(None, ge=1)
+    provider_rpm: int | None = Field(None, ge=1)
+    provider_tpm: int | None = Field(None, ge=1)
+    concurrency_key: str | None = Field(None, min_length=1)
+    concurrency_limit: int | None = Field(None, ge=1)
     mcps: list[McpEntryConfig] = Field(default_factory=list)
 
 
@@ -79,8 +89,9 @@ def _import_class(name: str, path: str) -> type[Agent]:
     try:
         obj = getattr(importlib.import_module(module), attr)
     except Exception as exc:
-        raise ConfigError(f"[agents.{name}] class {path!r} failed to import: "
-                          f"{type(exc).__name__}: {exc}") from exc
+        raise ConfigError(
+            f"[agents.{name}] class {path!r} failed to import: {type(exc).__name__}: {exc}"
+        ) from exc
     if not (isinstance(obj, type) and issubclass(obj, Agent)):
         raise ConfigError(f"[agents.{name}] class {path!r} is not a subclass of agentd.Agent")
     return obj
@@ -127,6 +138,16 @@ def agent_from_config(name: str, raw: dict[str, Any]) -> type[Agent]:
         refresh_mcp_tools = cfg.refresh_mcp_tools
         approval_required = cfg.approval_required
         approval_timeout = cfg.approval_timeout
+        provider_max_concurrency = cfg.provider_max_concurrency
+        provider_rpm = cfg.provider_rpm
+        provider_tpm = cfg.provider_tpm
+        concurrency_key = cfg.concurrency_key
+        concurrency_limit = cfg.concurrency_limit
+        max_tokens_total = cfg.max_tokens_total
+        context_window = cfg.context_window
+        compaction_threshold = cfg.compaction_threshold
+        compaction_keep_tail = cfg.compaction_keep_tail
+        compaction_prompt = cfg.compaction_prompt or Agent.compaction_prompt
 
         def mcp_servers(self) -> list[Any]:
             # Read token env vars per call: secrets are never kept in the class.

@@ -3,6 +3,7 @@
 Precedence: explicit arguments > environment > TOML file (`--config` / `AGENTD_CONFIG`)
 > defaults. The TOML file may also hold `[agents.*]`, `[mcp_servers.*]` and
 `[schedules.*]` tables; those are kept raw here and validated by their owners.
+`[providers.*]` tables (fleet-wide provider limits, docs/limits.md) are validated here.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -29,6 +30,22 @@ QUEUES = ("llm", "tool", "maintenance")
 
 def _default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("agentd", appauthor=False))
+
+
+class ProviderLimitsConfig(BaseModel):
+    """A `[providers.NAME]` table: limits every agent calling this provider key shares.
+
+    Matches a provider by `base_url` (and `model`, when given); the key it limits is that
+    base_url + model + the api token's fingerprint, so two tokens get two budgets.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str = Field(min_length=1)
+    model: str | None = None  # None: every model served at base_url
+    max_concurrency: int | None = Field(None, ge=1)
+    rpm: int | None = Field(None, ge=1)
+    tpm: int | None = Field(None, ge=1)
 
 
 class Settings(BaseSettings):
@@ -70,7 +87,20 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="API bind address.")
     port: int = Field(8080, ge=0, le=65535, description="API port.")
     metrics_public: bool = Field(False, description="Serve /metrics without a token.")
+    metrics_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="`agentd worker`: serve /metrics, /healthz and /readyz on this port "
+        "(on `host`). 0: off.",
+    )
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body.")
+    max_tool_result_bytes: int = Field(
+        262_144,
+        ge=1024,
+        description="Longer tool results (UTF-8 bytes) are cut, with a marker, before they "
+        "enter the transcript.",
+    )
 
     # --- worker
     llm_concurrency: int = Field(64, ge=1, description="LLM turns in flight per process.")
@@ -102,6 +132,12 @@ class Settings(BaseSettings):
     queued_reap_threshold: float = Field(300.0, gt=0, description="Re-enqueue loops queued longer.")
     default_read_timeout: float = Field(600.0, gt=0, description="LLM inactivity timeout.")
     default_tool_timeout: float = Field(600.0, gt=0, description="Ceiling for tool leases.")
+    mcp_task_poll_interval: float = Field(
+        5.0, gt=0, description="Seconds between MCP task polls when the server suggests none."
+    )
+    mcp_task_max_duration: float = Field(
+        86400.0, gt=0, description="An MCP task still running after this long is given up."
+    )
     lease_leak_grace: float = Field(300.0, description="Past max_duration, a lease is dropped.")
     default_max_duration: float = Field(7200.0, gt=0, description="Max seconds for one turn.")
     llm_retries: int = Field(2, ge=0, description="Re-sends beyond the first attempt.")
@@ -117,6 +153,17 @@ class Settings(BaseSettings):
     )
     janitor_batch_size: int = Field(1000, ge=1, description="Rows deleted per batch.")
 
+    # --- provider limits (docs/limits.md)
+    provider_rate_window: float = Field(
+        60.0, gt=0, description="Window of the rpm/tpm provider limits (a minute)."
+    )
+    provider_retry_interval: float = Field(
+        1.0, gt=0, description="A turn over a provider's max_concurrency retries after this."
+    )
+    provider_backoff_max: float = Field(
+        3600.0, gt=0, description="Longest provider Retry-After honored fleet-wide."
+    )
+
     # --- logs
     log_format: Literal["auto", "json", "console"] = Field("auto", description="Log format.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Level.")
@@ -128,6 +175,9 @@ class Settings(BaseSettings):
         default_factory=dict, description="[mcp_servers.*]"
     )
     schedules: dict[str, dict[str, Any]] = Field(default_factory=dict, description="[schedules.*]")
+    providers: dict[str, ProviderLimitsConfig] = Field(
+        default_factory=dict, description="[providers.*]"
+    )
 
     @field_validator("lease_margin", "lease_leak_grace")
     @classmethod
@@ -217,7 +267,9 @@ class Settings(BaseSettings):
 
     def redacted(self) -> dict[str, Any]:
         """Settings as a dict with secrets masked (for logs and /admin)."""
-        data = self.model_dump(mode="json", exclude={"agents", "mcp_servers", "schedules"})
+        data = self.model_dump(
+            mode="json", exclude={"agents", "mcp_servers", "schedules", "providers"}
+        )
         for key in ("database_url", "database_direct_url"):
             if data.get(key):
                 data[key] = _mask_url(data[key])
@@ -282,7 +334,7 @@ def load_settings(config: str | Path | None = None, **overrides: Any) -> Setting
 def reference_markdown() -> str:
     """The configuration table of docs/configuration.md, generated so it cannot drift."""
     rows = ["| env var | default | meaning |", "|---|---|---|"]
-    skip = {"agents", "mcp_servers", "schedules", "config"}
+    skip = {"agents", "mcp_servers", "schedules", "providers", "config"}
     for name, field in Settings.model_fields.items():
         if name in skip:
             continue

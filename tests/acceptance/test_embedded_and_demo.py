@@ -44,8 +44,14 @@ def _postgres_running_in(pgdata: Path) -> bool:
 async def test_up_on_embedded_postgres_is_ready_and_stops_cleanly(tmp_path: Path) -> None:
     port = _free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agentd", "up", env=_env(tmp_path, AGENTD_PORT=str(port)),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        sys.executable,
+        "-m",
+        "agentd",
+        "up",
+        env=_env(tmp_path, AGENTD_PORT=str(port)),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 60
         async with httpx.AsyncClient() as client:
@@ -59,8 +65,7 @@ async def test_up_on_embedded_postgres_is_ready_and_stops_cleanly(tmp_path: Path
                     pass
                 assert time.monotonic() < deadline, "never became ready"
                 await asyncio.sleep(0.2)
-            assert (await client.get(f"http://127.0.0.1:{port}/healthz")).json() == {
-                "status": "ok"}
+            assert (await client.get(f"http://127.0.0.1:{port}/healthz")).json() == {"status": "ok"}
         assert _postgres_running_in(tmp_path / "pgdata")
         proc.send_signal(signal.SIGTERM)
         out, _ = await asyncio.wait_for(proc.communicate(), 60)
@@ -75,9 +80,14 @@ async def test_up_on_embedded_postgres_is_ready_and_stops_cleanly(tmp_path: Path
 
 async def test_demo_finishes_a_multi_step_task_surviving_a_killed_worker(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agentd", "demo",
+        sys.executable,
+        "-m",
+        "agentd",
+        "demo",
         env=_env(tmp_path, AGENTD_PORT=str(_free_port())),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
     out, _ = await asyncio.wait_for(proc.communicate(), 150)
     text = out.decode()
     assert proc.returncode == 0, text[-3000:]

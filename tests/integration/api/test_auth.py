@@ -13,8 +13,12 @@ from agentd.api.state import AppState
 
 PUBLIC = {"/healthz", "/readyz"}
 # The admin login form and its static assets are reachable without a token by design.
-ADMIN_PUBLIC = {("GET", "/admin/login"), ("POST", "/admin/login"), ("POST", "/admin/logout"),
-                ("GET", "/admin/static/")}
+ADMIN_PUBLIC = {
+    ("GET", "/admin/login"),
+    ("POST", "/admin/login"),
+    ("POST", "/admin/logout"),
+    ("GET", "/admin/static/"),
+}
 
 
 def _concrete(path: str) -> str:

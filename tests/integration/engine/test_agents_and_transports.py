@@ -186,5 +186,3 @@ async def test_skip_execution_and_host_driven_completion(pool: Pool, database_ur
 
 async def _is(pool: Pool, loop_id: Any, status: str) -> bool:
     return await _status(pool, loop_id) == status
-
-
