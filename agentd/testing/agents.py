@@ -141,3 +141,11 @@ def registry() -> AgentRegistry:
     reg.register("calc_seq", SequentialCalcAgent)
     reg.register("probe", ProbeAgent)
     return reg
+
+
+class CompactingCalcAgent(CalcAgent):
+    """Compacts once a prompt reaches 500 tokens, keeping the last 2 messages verbatim."""
+
+    context_window = 1000
+    compaction_threshold = 0.5
+    compaction_keep_tail = 2
