@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 
 from agentd.db import migrate
 from agentd.db.pool import DB_ERRORS, connection
+from agentd.store import workers
 
 router = APIRouter(tags=["health"])
 
@@ -34,7 +35,7 @@ async def readyz(request: Request) -> JSONResponse:
     try:
         async with asyncio.timeout(2.0):
             async with connection(state.pool) as conn:
-                await conn.fetchval("SELECT 1")
+                await workers.ping(conn)
                 checks["database"] = "ok"
                 current = await migrate.is_current(conn)
             checks["migrations"] = "current" if current else "pending"

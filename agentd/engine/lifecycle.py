@@ -110,6 +110,33 @@ class Lifecycle:
         )
         return row
 
+    async def _run_decided(self, conn: Connection, loop: Loop, call: ToolCall, reason: str) -> None:
+        """A person decided a parked call: run it now if the loop is live (a paused loop runs
+        it on resume), and leave `waiting` once nobody else is waited for."""
+        if loop.status not in (LoopStatus.RUNNING, LoopStatus.WAITING) or not loop.execution_token:
+            return
+        await dispatch.enqueue_tools(
+            conn,
+            None,
+            loop_id=loop.id,
+            generation=loop.execution_token,
+            calls=[call],
+            lease_seconds=None,
+            notify=True,
+        )
+        if loop.status == LoopStatus.WAITING and not await tool_calls.count_pending_approval(
+            conn, loop_id=loop.id
+        ):
+            await loops.fenced_transition(
+                conn,
+                loop_id=loop.id,
+                execution_token=loop.execution_token,
+                from_statuses=["waiting"],
+                status="running",
+                reason=reason,
+                new_token=loop.execution_token,
+            )
+
     async def _cancel_in_flight(
         self, conn: Connection, loop: Loop, action: str, *, only_generation: bool = False
     ) -> None:
@@ -369,29 +396,7 @@ class Lifecycle:
                 reason=reason,
             )
             assert decided is not None
-            if loop.status in (LoopStatus.RUNNING, LoopStatus.WAITING) and loop.execution_token:
-                await dispatch.enqueue_tools(
-                    conn,
-                    None,
-                    loop_id=loop.id,
-                    generation=loop.execution_token,
-                    calls=[decided],
-                    lease_seconds=None,
-                    notify=True,
-                )
-                if (
-                    loop.status == LoopStatus.WAITING
-                    and not await tool_calls.count_pending_approval(conn, loop_id=loop.id)
-                ):
-                    await loops.fenced_transition(
-                        conn,
-                        loop_id=loop.id,
-                        execution_token=loop.execution_token,
-                        from_statuses=["waiting"],
-                        status="running",
-                        reason=TransitionReason.APPROVAL_DECIDED,
-                        new_token=loop.execution_token,
-                    )
+            await self._run_decided(conn, loop, decided, TransitionReason.APPROVAL_DECIDED)
             await events.insert_many(
                 conn,
                 [
@@ -457,29 +462,7 @@ class Lifecycle:
                 conn, tool_call_id=tc.id, input_response=response, answered_by=answered_by
             )
             assert answered is not None
-            if loop.status in (LoopStatus.RUNNING, LoopStatus.WAITING) and loop.execution_token:
-                await dispatch.enqueue_tools(
-                    conn,
-                    None,
-                    loop_id=loop.id,
-                    generation=loop.execution_token,
-                    calls=[answered],
-                    lease_seconds=None,
-                    notify=True,
-                )
-                if (
-                    loop.status == LoopStatus.WAITING
-                    and not await tool_calls.count_pending_approval(conn, loop_id=loop.id)
-                ):
-                    await loops.fenced_transition(
-                        conn,
-                        loop_id=loop.id,
-                        execution_token=loop.execution_token,
-                        from_statuses=["waiting"],
-                        status="running",
-                        reason=TransitionReason.INPUT_ANSWERED,
-                        new_token=loop.execution_token,
-                    )
+            await self._run_decided(conn, loop, answered, TransitionReason.INPUT_ANSWERED)
             actions = sorted({a["action"] for a in response["inputResponses"].values()})
             await events.insert_many(
                 conn,

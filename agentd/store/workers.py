@@ -50,3 +50,7 @@ async def record_maintenance(conn: Connection, *, name: str, report: dict[str, A
 
 async def list_maintenance(conn: Connection) -> list[dict[str, Any]]:
     return [dict(r) for r in await conn.fetch(sql("maintenance_list"))]
+
+
+async def ping(conn: Connection) -> int:
+    return int(await conn.fetchval(sql("db_ping")))

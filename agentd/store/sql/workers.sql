@@ -59,3 +59,7 @@ ON CONFLICT (name) DO UPDATE SET last_run_at = now(), last_report = EXCLUDED.las
 -- name: maintenance_list :many
 -- Dashboard, /readyz; no fence.
 SELECT * FROM maintenance ORDER BY name;
+
+-- name: db_ping :val
+-- /readyz: the database answers.
+SELECT 1;
