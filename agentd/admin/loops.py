@@ -201,7 +201,13 @@ def transcript(
 
 
 async def _live_context(state: AppState, loop: Loop) -> dict[str, Any]:
-    async with connection(state.pool) as conn:
+    # One snapshot for the loop and its transcript: read apart, a decision's commit could
+    # land between them (a pending approval shown beside a loop still `running`).
+    async with (
+        connection(state.pool) as conn,
+        conn.transaction(isolation="repeatable_read", readonly=True),
+    ):
+        loop = await loops.get(conn, loop_id=loop.id) or loop
         rows = await messages.list_(conn, loop_id=loop.id, include_hidden=True)
         calls = await tool_calls.list_for_loop(conn, loop_id=loop.id)
         queued = await jobs.list_for_loop(conn, loop_id=loop.id)

@@ -11,6 +11,7 @@ from agentd.engine.runtime import Runtime
 from agentd.errors import FenceLost
 from agentd.llm.types import LLMRequest, LLMResponse, Message, ToolSpec
 from agentd.store.models import Loop, McpToolRow, NewEvent, ToolCall
+from agentd.store.models import Message as MessageRow
 
 
 @dataclass
@@ -31,6 +32,9 @@ class TurnContext:
     events_flushed: bool = False
     finished: bool = False  # a finalizer (or host middleware) committed the turn
     metadata: dict[str, Any] = field(default_factory=dict)
+    # The claim's prefetch (store.jobs.TurnPrefetch): the messages, tool calls and MCP
+    # tools/sessions this turn reads; None when the turn was not started by a claim.
+    prefetch: Any = None
 
     @property
     def loop_view(self) -> LoopView:
@@ -40,6 +44,19 @@ class TurnContext:
             state=self.loop.state,
             step_count=self.loop.step_count,
         )
+
+    async def prompt_inputs(self) -> tuple[list[MessageRow], list[ToolCall]]:
+        """The stored messages and tool calls the prompt is built from (engine/prompt.py
+        picks the rows): the claim's prefetch when it has them, else read now."""
+        if self.prefetch is not None:
+            return self.prefetch.messages, self.prefetch.tool_calls
+        from agentd.db.pool import connection
+        from agentd.store import messages, tool_calls
+
+        async with connection(self.runtime.pool) as conn:
+            rows = await messages.list_(conn, loop_id=self.loop.id)
+            calls = await tool_calls.list_for_loop(conn, loop_id=self.loop.id)
+        return rows, calls
 
     async def complete_loop(self, *, reason: str = "completed_by_host") -> None:
         """Host-driven completion: finish the loop now, fenced by this turn's token,
@@ -89,6 +106,8 @@ class ToolContext:
     events: list[NewEvent] = field(default_factory=list)
     held: bool = False  # a middleware holds the step (approval); nothing downstream ran
     metadata: dict[str, Any] = field(default_factory=dict)
+    # (loop, tool) as the claim read them; AgentInitialization then queries nothing.
+    prefetched: tuple[Loop, McpToolRow | None] | None = None
 
     def skip_execution(self, result: str, success: bool = False) -> None:
         """Record `result` as this call's outcome without invoking the tool."""

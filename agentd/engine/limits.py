@@ -2,13 +2,15 @@
 
 A provider key is base_url + model + a short sha256 of the api token (the token itself is
 never stored or logged). Before a model call, `Gate.admit` checks the key's shared
-back-off deadline and, when the agent or a `[providers.*]` table sets limits, admits the
-call under the provider row's lock. A turn that may not call now is deferred: handed back
+back-off deadline (as the claim read it, when that was under PREFETCH_FRESH ago) and,
+when the agent or a `[providers.*]` table sets limits, admits the call under the provider
+row's lock. A turn that may not call now is deferred: handed back
 queued on the same generation with its job due when it may (docs/limits.md).
 Guarantee: racing admissions on one key, from any worker, never exceed max_concurrency or
 rpm; tokens in any window exceed tpm by at most what the admitted estimates under-counted;
 no request reaches a provider key before a Retry-After it answered has passed (from the
-moment it is recorded). A deferred turn holds no worker slot and no connection.
+moment it is recorded, plus at most PREFETCH_FRESH for a turn claimed just before it).
+A deferred turn holds no worker slot and no connection.
 Tolerates: a worker dying mid-call (its slot lapses with its turn's lease), deferral
 racing pause/stop/reap (the deferral is fenced and then writes nothing).
 Never: fails a loop for a limit; sleeps on a limit while holding a turn.
@@ -19,8 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import random
+import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from agentd import logs
@@ -39,6 +42,11 @@ if TYPE_CHECKING:
 log = logs.get("agentd.limits")
 
 CHARS_PER_TOKEN = 4  # the admission estimate's rule of thumb; usage corrects it after
+# How long the back-offs the claim read stay good enough to admit on (a turn that took
+# longer to get here, e.g. through MCP discovery, reads its key's back-off again). A
+# Retry-After recorded inside this window can let one more request through, which the
+# provider throttles and the gate then records as usual.
+PREFETCH_FRESH = 1.0
 
 
 @dataclass(frozen=True)
@@ -121,8 +129,15 @@ class Gate:
         rt = ctx.runtime
         settings = rt.settings
         if not self.limits:
-            async with connection(rt.pool) as conn:
-                until = await providers.blocked_until(conn, provider_id=self.key.id)
+            pre = ctx.prefetch
+            if pre is not None and time.monotonic() - pre.claimed_at <= PREFETCH_FRESH:
+                # The claim read every back-off a moment ago: no query on the hot path.
+                until = pre.backoffs.get(self.key.id)
+                if until is not None and until <= datetime.now(UTC):
+                    until = None
+            else:
+                async with connection(rt.pool) as conn:
+                    until = await providers.blocked_until(conn, provider_id=self.key.id)
             if until is None:
                 return True
             await self._defer(until, "provider_backoff")

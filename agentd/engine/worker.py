@@ -136,7 +136,7 @@ class Worker:
         self._spawn(
             "llm",
             claim.loop.id,
-            self._run_turn(claim.loop),
+            self._run_turn(claim.loop, claim.prefetch),
             job_id=claim.job_id,
             token=claim.loop.execution_token,
         )
@@ -161,7 +161,7 @@ class Worker:
         self._spawn(
             "tool",
             tc.loop_id,
-            self._run_tool(tc, token, claim.generation, claim.agent),
+            self._run_tool(tc, token, claim.generation, claim.agent, claim),
             job_id=claim.job_id,
             tool_call_id=tc.id,
             token=claim.generation,
@@ -183,7 +183,7 @@ class Worker:
 
     # --- running ----------------------------------------------------------------------------
 
-    async def _run_turn(self, loop: Loop) -> None:
+    async def _run_turn(self, loop: Loop, prefetch: jobs.TurnPrefetch | None = None) -> None:
         rt = self.runtime
         assert loop.execution_token is not None
         token = loop.execution_token
@@ -199,7 +199,7 @@ class Worker:
                 loop.id, token, loop.lease_seconds or 660.0, float(max_duration), task
             )  # type: ignore[arg-type]
         started = time.monotonic()
-        ctx = TurnContext(runtime=rt, loop=loop, execution_token=token)
+        ctx = TurnContext(runtime=rt, loop=loop, execution_token=token, prefetch=prefetch)
         job_id = self.tasks.get(task, {}).get("job_id")  # type: ignore[arg-type]
         with scopes.turn(rt.telemetry, ctx, worker=str(rt.worker_id), job_id=job_id):
             bound.debug("turn.claimed")
@@ -226,7 +226,12 @@ class Worker:
                 self.turn_done.fire()
 
     async def _run_tool(
-        self, tc: Any, lease_token: uuid.UUID, generation: uuid.UUID, agent: str | None
+        self,
+        tc: Any,
+        lease_token: uuid.UUID,
+        generation: uuid.UUID,
+        agent: str | None,
+        claim: jobs.ToolClaim | None = None,
     ) -> None:
         rt = self.runtime
         bound = logs.get("agentd.tool_call").bind(
@@ -238,6 +243,8 @@ class Worker:
         if rt.renewer is not None:
             lease = rt.renewer.register_tool(tc.id, lease_token, rt.tool_lease_seconds(), task)  # type: ignore[arg-type]
         ctx = ToolContext(runtime=rt, tool_call=tc, lease_token=lease_token, generation=generation)
+        if claim is not None and claim.loop is not None:
+            ctx.prefetched = (claim.loop, claim.tool)  # AgentInitialization reads nothing
         job_id = self.tasks.get(task, {}).get("job_id")  # type: ignore[arg-type]
         with scopes.tool_call(
             rt.telemetry, ctx, agent=agent, worker=str(rt.worker_id), job_id=job_id

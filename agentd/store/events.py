@@ -20,6 +20,12 @@ from agentd.store.queries import sql
 async def insert_many(conn: Connection, events: Sequence[NewEvent]) -> None:
     if not events:
         return
+    await conn.execute(sql("event_insert_many"), *columns(events))
+
+
+def columns(events: Sequence[NewEvent]) -> list[list[object]]:
+    """The 13 parallel arrays `event_insert_many` unnests (redacted), for any statement
+    that inserts events the same way."""
     cols: list[list[object]] = [[] for _ in range(13)]
     for e in events:
         values = (
@@ -39,7 +45,7 @@ async def insert_many(conn: Connection, events: Sequence[NewEvent]) -> None:
         )
         for col, v in zip(cols, values, strict=True):
             col.append(v)
-    await conn.execute(sql("event_insert_many"), *cols)
+    return cols
 
 
 async def list_(

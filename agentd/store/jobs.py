@@ -10,13 +10,30 @@ Called by: engine (worker, lifecycle, reaper), api via lifecycle.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from agentd.db.pool import Connection
-from agentd.store.models import Loop, ToolCall
+from agentd.store.models import Loop, McpToolRow, Message, ToolCall
 from agentd.store.queries import sql
+
+
+@dataclass(frozen=True)
+class TurnPrefetch:
+    """What a claimed turn reads, fetched by the claim itself: the latest compaction summary
+    and the visible messages after its coverage, their tool calls, the loop's MCP tools
+    (with their session's fields) and sessions."""
+
+    messages: list[Message]
+    tool_calls: list[ToolCall]
+    mcp_tools: list[McpToolRow]
+    mcp_sessions: list[dict[str, Any]]
+    # provider key id -> blocked_until, for every key inside a back-off at claim time
+    backoffs: dict[str, datetime] = field(default_factory=dict)
+    claimed_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
@@ -26,6 +43,7 @@ class LlmClaim:
     loop: Loop | None  # None: the job was stale and has been dropped, or not taken
     # False: a racing claim took its concurrency key's last slot; the job stays queued.
     taken: bool = True
+    prefetch: TurnPrefetch | None = None
 
 
 @dataclass(frozen=True)
@@ -34,6 +52,8 @@ class ToolClaim:
     generation: UUID | None
     tool_call: ToolCall | None  # None: stale or duplicate job, dropped
     agent: str | None = None
+    loop: Loop | None = None  # the call's loop as the claim saw it
+    tool: McpToolRow | None = None  # the MCP tool the call names, if the loop has it
 
 
 async def enqueue(
@@ -67,8 +87,23 @@ async def claim_llm(
     if rec is None:
         return None
     loop = Loop.from_record(rec) if rec["id"] is not None else None
+    prefetch = None
+    if loop is not None:
+        prefetch = TurnPrefetch(
+            messages=[Message.from_json(m) for m in rec["prefetch_messages"] or []],
+            tool_calls=[ToolCall.from_json(t) for t in rec["prefetch_tool_calls"] or []],
+            mcp_tools=[McpToolRow.from_json(t) for t in rec["prefetch_mcp_tools"] or []],
+            mcp_sessions=list(rec["prefetch_mcp_sessions"] or []),
+            backoffs={
+                k: datetime.fromisoformat(v) for k, v in (rec["prefetch_backoffs"] or {}).items()
+            },
+        )
     return LlmClaim(
-        job_id=rec["job_id"], loop_id=rec["job_loop_id"], loop=loop, taken=rec["job_taken"]
+        job_id=rec["job_id"],
+        loop_id=rec["job_loop_id"],
+        loop=loop,
+        taken=rec["job_taken"],
+        prefetch=prefetch,
     )
 
 
@@ -79,11 +114,15 @@ async def claim_tool(
     if rec is None:
         return None
     tc = ToolCall.from_record(rec) if rec["id"] is not None else None
+    loop = Loop.from_json(rec["prefetch_loop"]) if rec["prefetch_loop"] is not None else None
+    tool = rec["prefetch_mcp_tool"]
     return ToolClaim(
         job_id=rec["job_id"],
         generation=rec["job_generation"],
         tool_call=tc,
         agent=rec["loop_agent"],
+        loop=loop,
+        tool=McpToolRow.from_json(tool) if tool is not None else None,
     )
 
 

@@ -9,12 +9,15 @@ Called by: engine (worker, lifecycle, reaper, lease renewer) and api (reads).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from agentd.db.pool import Connection
-from agentd.store.models import Loop
+from agentd.store import events
+from agentd.store.models import Loop, NewEvent
 from agentd.store.queries import sql
 
 
@@ -93,6 +96,65 @@ async def finalize_turn(
         sql("loop_finalize_turn"), loop_id, execution_token, completed, *tokens, estimated
     )
     return _loop(rec)
+
+
+@dataclass(frozen=True)
+class FinalizedTurn:
+    loop: Loop
+    message_id: int
+    jobs_enqueued: int
+
+
+async def finalize_turn_all(
+    conn: Connection,
+    *,
+    loop_id: UUID,
+    execution_token: UUID,
+    tokens: tuple[int, int, int],
+    estimated: bool,
+    shell_message_id: int | None,
+    message: dict[str, Any],
+    calls: list[dict[str, Any]],
+    sequential: bool,
+    tool_lease_seconds: float,
+    notify_tool: bool,
+    turn_events: Sequence[NewEvent],
+    attach: list[bool],
+) -> FinalizedTurn | None:
+    """The whole LLM-turn finalize in one statement (`loop_finalize_turn_all`): loop,
+    assistant message (shell promoted or inserted), tool calls, their jobs, events and the
+    observers' notifications. None when the fence is lost: then nothing was written."""
+    rec = await conn.fetchrow(
+        sql("loop_finalize_turn_all"),
+        loop_id,
+        execution_token,
+        not calls,
+        *tokens,
+        estimated,
+        shell_message_id,
+        message["content"],
+        message["reasoning"],
+        message["metadata"],
+        message["ttft"],
+        message["duration"],
+        message["finish_reason"],
+        [c["position"] for c in calls],
+        [c["provider_call_id"] for c in calls],
+        [c["name"] for c in calls],
+        [c["arguments"] for c in calls],
+        [c["arguments_raw"] for c in calls],
+        [c["metadata"] for c in calls],
+        sequential,
+        tool_lease_seconds,
+        notify_tool,
+        *events.columns(turn_events),
+        attach,
+    )
+    if rec is None:
+        return None
+    return FinalizedTurn(
+        loop=Loop.from_record(rec), message_id=rec["message_id"], jobs_enqueued=rec["jobs_enqueued"]
+    )
 
 
 async def finalize_compaction(

@@ -16,6 +16,26 @@ class _Row:
         present = set(rec.keys())
         return cls(**{k: rec[k] for k in names & present})  # type: ignore[call-arg]
 
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Self:
+        """A row from its `to_jsonb` form (the claims' prefetch): uuids and timestamps are
+        strings there, everything else (numbers, jsonb columns) already has its type."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if f.name not in obj:
+                continue
+            v = obj[f.name]
+            if v is not None and isinstance(v, str):
+                kind = str(f.type)
+                if kind.startswith("UUID"):
+                    v = UUID(v)
+                elif kind.startswith("datetime"):
+                    v = datetime.fromisoformat(v)
+            elif v is not None and str(f.type).startswith("float") and isinstance(v, int):
+                v = float(v)
+            out[f.name] = v
+        return cls(**out)  # type: ignore[call-arg]
+
 
 @dataclass(frozen=True)
 class Loop(_Row):

@@ -9,12 +9,15 @@ Called by: engine (pipelines, lifecycle, reaper), api (approvals, transcript).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from agentd.db.pool import Connection
-from agentd.store.models import ToolCall
+from agentd.store import events
+from agentd.store.models import NewEvent, ToolCall
 from agentd.store.queries import sql
 
 
@@ -81,6 +84,79 @@ async def checkpoint(
             error_message,
             duration,
         )
+    )
+
+
+@dataclass(frozen=True)
+class Finished:
+    message_id: int
+    tool_jobs: int  # sequential: the next call's job was enqueued
+    llm_jobs: int  # the last result: the loop is queued for its next turn
+    executed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A result ToolExecution hands to ResponseCreation to record in the same statement."""
+
+    result: str
+    structured: Any
+    is_success: bool
+    error_message: str | None
+    duration: float
+
+
+async def finish(
+    conn: Connection,
+    *,
+    tool_call_id: int,
+    loop_id: UUID,
+    lease_token: UUID,
+    generation: UUID,
+    checkpoint: Checkpoint | None,
+    sequential: bool,
+    new_token: UUID,
+    status_reason: str,
+    llm_lease_seconds: float | None,
+    tool_lease_seconds: float | None,
+    notify_llm: bool,
+    notify_tool: bool,
+    call_events: Sequence[NewEvent],
+    attach: list[bool],
+) -> Finished | None:
+    """The end of a tool call in one round trip (`tool_call_finish`): optionally the
+    checkpoint, the tool message, responded, the continuation, events, notifications.
+    None when a fence is lost (generation, lease, already answered): nothing written."""
+    cp = checkpoint
+    rec = await conn.fetchrow(
+        sql("tool_call_finish"),
+        tool_call_id,
+        loop_id,
+        lease_token,
+        generation,
+        cp is not None,
+        cp.result if cp else None,
+        cp.structured if cp else None,
+        cp.is_success if cp else None,
+        cp.error_message if cp else None,
+        cp.duration if cp else None,
+        sequential,
+        new_token,
+        status_reason,
+        llm_lease_seconds,
+        tool_lease_seconds,
+        notify_llm,
+        notify_tool,
+        *events.columns(call_events),
+        attach,
+    )
+    if rec is None or rec["outcome"] != "ok":
+        return None
+    return Finished(
+        message_id=rec["message_id"],
+        tool_jobs=rec["tool_jobs"],
+        llm_jobs=rec["llm_jobs"],
+        executed_at=rec["executed_at"],
     )
 
 

@@ -26,14 +26,14 @@ import uuid
 
 from agentd import logs
 from agentd.agent import Agent, resolve
-from agentd.db.pool import connection, transaction
+from agentd.db.pool import transaction
 from agentd.engine import dispatch, prompt, tokens
 from agentd.engine.context import TurnContext
 from agentd.errors import FenceLost, LLMError, LLMProtocolError, MaxDurationExceeded
 from agentd.llm.types import LLMRequest, LLMResponse, Message, ToolSpec
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.wire import llm_events
-from agentd.store import events, loops, messages, tool_calls
+from agentd.store import events, loops, messages
 from agentd.store.models import Message as MessageRow
 from agentd.store.models import NewEvent, ToolCall
 
@@ -83,9 +83,7 @@ class Compaction:
         if not agent.context_window or at_max_steps:  # NetworkCalling raises the limit
             await self.app(ctx)
             return
-        async with connection(ctx.runtime.pool) as conn:
-            rows = await messages.list_(conn, loop_id=ctx.loop.id)
-            calls = await tool_calls.list_for_loop(conn, loop_id=ctx.loop.id)
+        rows, calls = await ctx.prompt_inputs()
         summary, current = prompt.prompt_rows(rows)
         ctx.history = prompt.render(agent.system_prompt, summary, current, calls)
         size = prompt_size(summary, current, ctx.history, ctx.tool_specs)

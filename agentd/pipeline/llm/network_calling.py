@@ -17,14 +17,14 @@ import asyncio
 import time
 
 from agentd.agent import resolve
-from agentd.db.pool import connection, transaction
+from agentd.db.pool import transaction
 from agentd.engine import limits, prompt, tokens
 from agentd.engine.context import TurnContext
 from agentd.errors import LLMError, MaxDurationExceeded, MaxStepsExceeded
 from agentd.llm.types import LLMRequest, StreamDelta
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.wire import llm_events
-from agentd.store import events, messages, tool_calls
+from agentd.store import events, messages
 
 
 class NetworkCalling:
@@ -40,9 +40,7 @@ class NetworkCalling:
         tokens.check_budget(agent, ctx.loop)
         provider = await resolve(agent.llm_provider())
         if not ctx.history:  # Compaction (or a host middleware) may have built it already
-            async with connection(ctx.runtime.pool) as conn:
-                rows = await messages.list_(conn, loop_id=ctx.loop.id)
-                calls = await tool_calls.list_for_loop(conn, loop_id=ctx.loop.id)
+            rows, calls = await ctx.prompt_inputs()
             ctx.history = prompt.history(agent.system_prompt, rows, calls)
         ctx.request = LLMRequest(
             provider=provider,

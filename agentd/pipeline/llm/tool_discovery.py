@@ -4,6 +4,7 @@ Position: before NetworkCalling. Reads: ctx.agent. Writes: mcp_sessions, mcp_too
 by the turn's token), ctx.tools, ctx.tool_specs. Finalizer: no.
 Discovery runs on a loop's first turn (with refresh_mcp_tools) or when the loop has no
 sessions yet; later turns read the stored tools, so a prompt's tool list stays stable.
+The stored sessions and tools come prefetched by the claim (ctx.prefetch) when it has them.
 """
 
 from __future__ import annotations
@@ -36,9 +37,13 @@ class ToolDiscovery:
         configs = await agent_mcp_configs(ctx.agent)
         ctx.metadata["mcp_timeouts"] = [c.timeout for c in configs]
         if configs:
-            async with connection(ctx.runtime.pool) as conn:
-                sessions = await mcp.list_sessions(conn, loop_id=ctx.loop.id)
-                rows = await mcp.list_tools(conn, loop_id=ctx.loop.id)
+            pre = ctx.prefetch
+            if pre is not None:  # the claim read them; a steady-state turn queries nothing
+                sessions, rows = pre.mcp_sessions, pre.mcp_tools
+            else:
+                async with connection(ctx.runtime.pool) as conn:
+                    sessions = await mcp.list_sessions(conn, loop_id=ctx.loop.id)
+                    rows = await mcp.list_tools(conn, loop_id=ctx.loop.id)
             fresh = ctx.loop.step_count == 0 and ctx.agent.refresh_mcp_tools
             known = {s["mcp_name"] for s in sessions}
             if fresh or known != {c.name for c in configs}:

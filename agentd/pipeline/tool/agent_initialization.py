@@ -1,6 +1,7 @@
 """AgentInitialization: loads the loop, its agent, and the tool the call names.
 
 Position: after ErrorHandling. Writes: ctx.loop, ctx.agent, ctx.tool. Finalizer: no.
+Reads nothing when the claim prefetched the loop and the tool (ctx.prefetched).
 """
 
 from __future__ import annotations
@@ -18,12 +19,15 @@ class AgentInitialization:
         self.app = app
 
     async def __call__(self, ctx: ToolContext) -> None:
-        async with connection(ctx.runtime.pool) as conn:
-            ctx.loop = await loops.get(conn, loop_id=ctx.tool_call.loop_id)
-            tools = await mcp.list_tools(conn, loop_id=ctx.tool_call.loop_id)
-        if ctx.loop is None:
-            raise FenceLost()
-        ctx.tool = next((t for t in tools if t.name == ctx.tool_call.name), None)
+        if ctx.prefetched is not None:  # the claim read them in its own statement
+            ctx.loop, ctx.tool = ctx.prefetched
+        else:
+            async with connection(ctx.runtime.pool) as conn:
+                ctx.loop = await loops.get(conn, loop_id=ctx.tool_call.loop_id)
+                tools = await mcp.list_tools(conn, loop_id=ctx.tool_call.loop_id)
+            if ctx.loop is None:
+                raise FenceLost()
+            ctx.tool = next((t for t in tools if t.name == ctx.tool_call.name), None)
         view = LoopView(
             id=ctx.loop.id,
             subject=ctx.loop.subject,

@@ -1,7 +1,10 @@
 """ToolExecution: invokes the tool once and checkpoints its result.
 
 Position: after ApprovalGate, before ResponseCreation. Writes: the `executed_at`
-checkpoint with the result, fenced by this call's lease token (zero rows: FenceLost).
+checkpoint with the result, fenced by this call's lease token (zero rows: FenceLost). When
+ResponseCreation is next, the checkpoint is folded into its one statement instead
+(ctx.metadata["checkpoint"]): result and response commit together. With a middleware in
+between, or a recovered MCP session id to store, the checkpoint commits first, on its own.
 A call already checkpointed is replayed, never re-invoked (invariant 4). A result over
 `max_tool_result_bytes` is cut, with a marker saying so, before it is stored. Invalid
 arguments, unknown tools, MCP `isError`, transport failures and timeouts all become error
@@ -17,12 +20,13 @@ Otherwise always calls downstream.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from datetime import UTC, datetime
 from typing import Any
 
-from agentd.db.pool import transaction
+from agentd.db.pool import connection, transaction
 from agentd.engine.context import ToolContext
 from agentd.errors import FenceLost, McpError, ToolError
 from agentd.mcp.client import TASK_TERMINAL, McpClient, ToolOutcome
@@ -30,6 +34,7 @@ from agentd.mcp.port import CallContext, idempotency_key
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.llm.tool_discovery import agent_mcp_configs
 from agentd.pipeline.tool import waiting
+from agentd.pipeline.tool.response_creation import ResponseCreation
 from agentd.pipeline.wire import mcp_events
 from agentd.store import mcp, tool_calls
 
@@ -70,7 +75,32 @@ class ToolExecution:
         result, structured = cap_result(result, limit), cap_structured(structured, limit)
         if not ok:
             error = result
-        async with transaction(ctx.runtime.pool) as conn:
+        duration = time.monotonic() - started
+        if new_session is None and type(self.app) is ResponseCreation:
+            # Nothing runs between here and the (stock) response: record the result in the same
+            # statement as the response (one round trip). Any middleware in between (which
+            # may observe, or crash after, the checkpoint) gets the separate checkpoint.
+            ctx.metadata["checkpoint"] = tool_calls.Checkpoint(
+                result=result,
+                structured=structured,
+                is_success=ok,
+                error_message=error,
+                duration=duration,
+            )
+            ctx.tool_call = dataclasses.replace(
+                tc,
+                result=result,
+                structured_result=structured,
+                is_success=ok,
+                error_message=error,
+                duration=duration,
+                status="completed" if ok else "failed",
+            )
+            await self.app(ctx)
+            return
+        # One statement, autocommitted, unless a recovered MCP session id is stored with it.
+        scope = transaction if new_session is not None else connection
+        async with scope(ctx.runtime.pool) as conn:
             row = await tool_calls.checkpoint(
                 conn,
                 tool_call_id=tc.id,
@@ -79,7 +109,7 @@ class ToolExecution:
                 structured=structured,
                 is_success=ok,
                 error_message=error,
-                duration=time.monotonic() - started,
+                duration=duration,
             )
             if row is None:
                 raise FenceLost()

@@ -58,6 +58,91 @@ SET step_count = step_count + 1,
 WHERE id = $1 AND execution_token = $2 AND status = 'running'
 RETURNING *;
 
+-- name: loop_finalize_turn_all :one
+-- ResponseParsing: the whole finalize of an LLM turn in ONE statement; fence: status
+-- running AND execution_token = $2 (every write below reads from the fenced UPDATE, so zero
+-- rows returned = nothing written). Promotes the streaming shell (or inserts the assistant
+-- message), inserts the tool calls, their jobs (all, or only position 0 when sequential),
+-- the turn's events (`attach` ones get the message id and the {step, tool_calls} log), and
+-- notifies observers of an observed loop (and the tool queue when $23) at commit.
+-- $1 id uuid · $2 execution_token uuid · $3 completed bool · $4 tokens_prompt int · $5 tokens_completion int · $6 tokens_cached int · $7 tokens_estimated bool · $8 shell_id bigint|null · $9 content text · $10 reasoning text · $11 metadata jsonb · $12 ttft float · $13 duration float · $14 finish_reason text · $15 positions int[] · $16 provider_ids text[] · $17 names text[] · $18 arguments jsonb[] · $19 raws text[] · $20 metadatas jsonb[] · $21 sequential bool · $22 tool_lease_seconds float · $23 notify_tool bool · $24..$36 the event_insert_many columns · $37 attach bool[]
+WITH l AS (
+    UPDATE loops
+    SET step_count = step_count + 1,
+        status = CASE WHEN $3 THEN 'completed' ELSE 'running' END,
+        status_reason = CASE WHEN $3 THEN 'model_finished' ELSE 'tool_calls' END,
+        execution_token = CASE WHEN $3 THEN NULL ELSE execution_token END,
+        lease_expires_at = NULL, worker_id = NULL, error_message = NULL,
+        tokens_prompt = tokens_prompt + $4::int, tokens_completion = tokens_completion + $5::int,
+        tokens_cached = tokens_cached + $6::int,
+        tokens_estimated = tokens_estimated OR coalesce($7::bool, false),
+        updated_at = now()
+    WHERE id = $1 AND execution_token = $2::uuid AND status = 'running'
+    RETURNING *
+), p AS (
+    UPDATE messages
+    SET content = $9::text, reasoning = $10::text, metadata = $11::jsonb,
+        tokens_prompt = $4::int, tokens_completion = $5::int, tokens_cached = $6::int,
+        ttft = $12::float8, duration = $13::float8, finish_reason = $14::text,
+        step = l.step_count, tokens_estimated = coalesce($7::bool, false),
+        hidden = false, status = 'completed', updated_at = now()
+    FROM l
+    WHERE messages.id = $8::bigint AND messages.status = 'processing'
+    RETURNING messages.id
+), i AS (
+    INSERT INTO messages (loop_id, role, content, reasoning, step, execution_token, metadata,
+                          tokens_prompt, tokens_completion, tokens_cached, ttft, duration,
+                          finish_reason, tokens_estimated)
+    SELECT l.id, 'assistant', $9::text, $10::text, l.step_count, $2::uuid,
+           coalesce($11::jsonb, '{}'::jsonb), $4::int, $5::int, $6::int, $12::float8,
+           $13::float8, $14::text, coalesce($7::bool, false)
+    FROM l WHERE NOT EXISTS (SELECT 1 FROM p)
+    RETURNING id
+), m AS (
+    SELECT id FROM p UNION ALL SELECT id FROM i
+), tc AS (
+    INSERT INTO tool_calls (loop_id, message_id, position, provider_call_id, name, arguments,
+                            arguments_raw, metadata)
+    SELECT l.id, m.id, x.p, x.pid, x.n, x.a, x.r, x.md
+    FROM l, m, unnest($15::int[], $16::text[], $17::text[], $18::jsonb[], $19::text[],
+                      $20::jsonb[]) AS x(p, pid, n, a, r, md)
+    RETURNING id, position
+), jb AS (
+    INSERT INTO jobs (queue, kind, loop_id, tool_call_id, generation, lease_seconds)
+    SELECT 'tool', 'tool_call', $1, tc.id, $2::uuid, $22::float8
+    FROM tc WHERE NOT $21::bool OR tc.position = 0
+    RETURNING id
+), ev AS (
+    INSERT INTO events (loop_id, name, reason, http_method, url, status, request_data,
+                        response_data, duration, log, tool_call_id, message_id,
+                        inbound_session_id)
+    SELECT x.loop_id, x.name, x.reason, x.method, x.url, x.status, x.req, x.resp, x.dur,
+           CASE WHEN x.att THEN jsonb_build_object('step', l.step_count,
+                                                   'tool_calls', cardinality($15::int[]))::text
+                ELSE x.log END,
+           x.tcid, CASE WHEN x.att THEN m.id ELSE x.mid END, x.iid
+    FROM l, m, unnest($24::uuid[], $25::text[], $26::text[], $27::text[], $28::text[],
+                      $29::int[], $30::jsonb[], $31::jsonb[], $32::float8[], $33::text[],
+                      $34::bigint[], $35::bigint[], $36::bigint[], $37::bool[])
+         AS x(loop_id, name, reason, method, url, status, req, resp, dur, log, tcid, mid, iid,
+              att)
+    RETURNING 1
+), n AS (
+    SELECT pg_notify(v.chan, v.payload)
+    FROM l, m, LATERAL (VALUES
+        (1, 'agentd_stream', CASE WHEN l.observed THEN jsonb_build_object(
+            'type', 'message', 'loop_id', l.id::text, 'message_id', m.id,
+            'role', 'assistant')::text END),
+        (2, 'agentd_stream', CASE WHEN l.observed THEN jsonb_build_object(
+            'type', 'status', 'loop_id', l.id::text, 'status', l.status)::text END),
+        (3, 'agentd_jobs', CASE WHEN $23::bool AND EXISTS (SELECT 1 FROM jb) THEN 'tool' END)
+    ) AS v(o, chan, payload)
+    WHERE v.payload IS NOT NULL
+)
+SELECT l.*, m.id AS message_id, (SELECT count(*) FROM jb) AS jobs_enqueued,
+       (SELECT count(*) FROM ev) AS events_inserted, (SELECT count(*) FROM n) AS notified
+FROM l, m;
+
 -- name: loop_fenced_transition :one
 -- Engine (limits, failures, host-driven completion); fence: execution_token = $2 and status in $3.
 -- $1 id uuid · $2 execution_token uuid · $3 from_statuses text[] · $4 status text · $5 status_reason text · $6 error_message text|null · $7 new_token uuid|null
