@@ -34,6 +34,12 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--llm-base-url", help="run against a real OpenAI-compatible endpoint")
     d.add_argument("--model", help="model name for --llm-base-url")
     d.add_argument("--no-crash", action="store_true", help="skip the worker-kill demonstration")
+    d.add_argument(
+        "--exit",
+        action="store_true",
+        help="exit when the loop finishes (default in a terminal: keep the API and "
+        "admin UI up until Ctrl-C)",
+    )
     return p
 
 

@@ -271,6 +271,16 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                     break
             else:
                 out.line("agentd demo: the loop did not finish within 120s")
+            if result == 0 and sys.stdin.isatty() and not getattr(args, "exit", False):
+                out.line(
+                    f"the API and admin UI stay up at {base}/admin (token above); "
+                    "press Ctrl-C to stop"
+                )
+                interrupted = asyncio.Event()
+                loop_ = asyncio.get_running_loop()
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop_.add_signal_handler(sig, interrupted.set)
+                await interrupted.wait()
         finally:
             out.line()
             with contextlib.suppress(ProcessLookupError):
