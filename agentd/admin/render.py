@@ -22,6 +22,8 @@ def _ago(value: datetime | None) -> str:
     if value is None:
         return "never"
     seconds = (datetime.now(UTC) - value).total_seconds()
+    if abs(seconds) < 1:
+        return "just now"
     if seconds < 0:
         return "in " + _span(-seconds)
     return _span(seconds) + " ago"
