@@ -17,6 +17,7 @@ import contextlib
 import json
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentd import logs
@@ -203,27 +204,15 @@ class Worker:
         job_id = self.tasks.get(task, {}).get("job_id")  # type: ignore[arg-type]
         with scopes.turn(rt.telemetry, ctx, worker=str(rt.worker_id), job_id=job_id):
             bound.debug("turn.claimed")
-            try:
-                await rt.stacks.llm(agent_cls)(ctx)
-                bound.debug("turn.done", seconds=round(time.monotonic() - started, 3))
-            except asyncio.CancelledError:
-                why = (
-                    lease.reason
-                    if lease and lease.lost
-                    else self.tasks.get(task, {}).get("cancelled_by", "shutdown")
-                )  # type: ignore[arg-type]
-                lost = lease is not None and lease.lost
-                rt.telemetry.turn_outcome(ctx, "lease_lost" if lost else "cancelled")
-                bound.info("turn.cancelled", reason=why)
-                if why == "shutdown":
-                    raise
-            except Exception:
-                rt.telemetry.turn_outcome(ctx, "failed")
-                bound.exception("turn.crashed")
-            finally:
-                if lease is not None and rt.renewer is not None:
-                    rt.renewer.unregister(lease)
-                self.turn_done.fire()
+            await self._supervise(
+                lambda: rt.stacks.llm(agent_cls)(ctx),
+                kind="turn",
+                lease=lease,
+                bound=bound,
+                outcome=lambda o: rt.telemetry.turn_outcome(ctx, o),
+                done=self.turn_done,
+                done_fields=lambda: {"seconds": round(time.monotonic() - started, 3)},
+            )
 
     async def _run_tool(
         self,
@@ -250,27 +239,51 @@ class Worker:
             rt.telemetry, ctx, agent=agent, worker=str(rt.worker_id), job_id=job_id
         ):
             bound.debug("tool_call.claimed", tool=tc.name)
-            try:
-                await rt.stacks.tool(agent_cls)(ctx)
-                bound.debug("tool_call.done", held=ctx.held)
-            except asyncio.CancelledError:
-                why = (
-                    lease.reason
-                    if lease and lease.lost
-                    else self.tasks.get(task, {}).get("cancelled_by", "shutdown")
-                )  # type: ignore[arg-type]
-                lost = lease is not None and lease.lost
-                rt.telemetry.tool_call_outcome(ctx, "lease_lost" if lost else "cancelled")
-                bound.info("tool_call.cancelled", reason=why)
-                if why == "shutdown":
-                    raise
-            except Exception:
-                rt.telemetry.tool_call_outcome(ctx, "failed")
-                bound.exception("tool_call.crashed")
-            finally:
-                if lease is not None and rt.renewer is not None:
-                    rt.renewer.unregister(lease)
-                self.tool_done.fire()
+            await self._supervise(
+                lambda: rt.stacks.tool(agent_cls)(ctx),
+                kind="tool_call",
+                lease=lease,
+                bound=bound,
+                outcome=lambda o: rt.telemetry.tool_call_outcome(ctx, o),
+                done=self.tool_done,
+                done_fields=lambda: {"held": ctx.held},
+            )
+
+    async def _supervise(
+        self,
+        run: Callable[[], Awaitable[None]],
+        *,
+        kind: str,
+        lease: Lease | None,
+        bound: Any,
+        outcome: Callable[[str], None],
+        done: Signal,
+        done_fields: Callable[[], dict[str, Any]],
+    ) -> None:
+        """Run one job's pipeline. A lost lease or a pause/stop cancels it quietly (it wrote
+        nothing); shutdown's cancellation propagates; a crash is logged, never re-raised
+        into the worker. The lease is always unregistered."""
+        task = asyncio.current_task()
+        try:
+            await run()
+            bound.debug(f"{kind}.done", **done_fields())
+        except asyncio.CancelledError:
+            lost = lease is not None and lease.lost
+            info = self.tasks.get(task, {})  # type: ignore[arg-type]
+            why = (
+                lease.reason if lease is not None and lost else info.get("cancelled_by", "shutdown")
+            )
+            outcome("lease_lost" if lost else "cancelled")
+            bound.info(f"{kind}.cancelled", reason=why)
+            if why == "shutdown":
+                raise
+        except Exception:
+            outcome("failed")
+            bound.exception(f"{kind}.crashed")
+        finally:
+            if lease is not None and self.runtime.renewer is not None:
+                self.runtime.renewer.unregister(lease)
+            done.fire()
 
     # --- shutdown -----------------------------------------------------------------------------
 
