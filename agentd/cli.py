@@ -171,13 +171,11 @@ class _Server:
 def _app(settings: Settings, pool: Any, url: str, registry: Any, engine: Any, token: str) -> Any:
     from agentd.api.app import create_app
     from agentd.api.state import AppState
-    from agentd.engine.lifecycle import Lifecycle
 
-    state = AppState(
+    state = AppState.create(
         settings=settings,
         pool=pool,
         registry=registry,
-        lifecycle=Lifecycle(pool, registry, settings),
         database_url=url,
         api_token=token,
         engine=engine,

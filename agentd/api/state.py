@@ -26,3 +26,27 @@ class AppState:
     engine: Engine | None = None  # set when this process also runs a worker
     telemetry: Telemetry | None = None  # unset: the engine's, else the app makes one
     extras: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        settings: Settings,
+        pool: Pool,
+        registry: AgentRegistry,
+        database_url: str,
+        api_token: str,
+        engine: Engine | None = None,
+    ) -> AppState:
+        """The usual wiring: the engine's lifecycle and telemetry when this process runs one,
+        else a lifecycle of its own."""
+        return cls(
+            settings=settings,
+            pool=pool,
+            registry=registry,
+            lifecycle=engine.lifecycle if engine else Lifecycle(pool, registry, settings),
+            database_url=database_url,
+            api_token=api_token,
+            engine=engine,
+            telemetry=engine.telemetry if engine else None,
+        )

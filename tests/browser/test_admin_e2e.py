@@ -24,7 +24,6 @@ import agentd.admin
 from agentd.api.app import create_app
 from agentd.api.state import AppState
 from agentd.db.pool import Pool
-from agentd.engine.lifecycle import Lifecycle
 from agentd.testing import agents
 from agentd.testing.engine import eventually, fast_settings, running_engine
 from agentd.testing.fake_llm import FakeLLM, Reply, Rule
@@ -117,11 +116,10 @@ async def test_operator_starts_watches_approves_and_inspects_in_a_real_browser(
     SHOTS.mkdir(parents=True, exist_ok=True)
     registry = agents.registry()
     settings = fast_settings()
-    state = AppState(
+    state = AppState.create(
         settings=settings,
         pool=pool,
         registry=registry,
-        lifecycle=Lifecycle(pool, registry, settings),
         database_url=database_url,
         api_token=TOKEN,
     )

@@ -8,7 +8,6 @@ import pytest
 from agentd.api.app import create_app
 from agentd.api.state import AppState
 from agentd.db.pool import Pool
-from agentd.engine.lifecycle import Lifecycle
 from agentd.testing import agents
 from agentd.testing.engine import fast_settings
 
@@ -19,11 +18,10 @@ TOKEN = "t0ken-for-schedules"
 async def client(pool: Pool, database_url: str) -> AsyncIterator[httpx.AsyncClient]:
     settings = fast_settings()
     registry = agents.registry()
-    state = AppState(
+    state = AppState.create(
         settings=settings,
         pool=pool,
         registry=registry,
-        lifecycle=Lifecycle(pool, registry, settings),
         database_url=database_url,
         api_token=TOKEN,
     )

@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from agentd.api.app import create_app
 from agentd.api.state import AppState
 from agentd.db import pool as dbpool
-from agentd.engine.lifecycle import Lifecycle
 from agentd.testing import agents
 from agentd.testing.engine import fast_settings
 
@@ -42,11 +41,10 @@ class Harness:
         self.pool = self.runner.run(dbpool.create_pool(database_url, min_size=1, max_size=4))
         registry = agents.registry()
         s = fast_settings(max_body_bytes=MAX_BODY, read_tokens=["hostile-reader"], **overrides)
-        state = AppState(
+        state = AppState.create(
             settings=s,
             pool=self.pool,
             registry=registry,
-            lifecycle=Lifecycle(self.pool, registry, s),
             database_url=database_url,
             api_token=TOKEN,
         )

@@ -11,7 +11,6 @@ import pytest
 from agentd.api.app import create_app
 from agentd.api.state import AppState
 from agentd.db.pool import Pool, connection
-from agentd.engine.lifecycle import Lifecycle
 from agentd.registry import AgentRegistry
 from agentd.store import providers
 from agentd.testing.engine import fast_settings
@@ -24,11 +23,10 @@ async def client(
     pool: Pool, database_url: str, registry: AgentRegistry
 ) -> AsyncIterator[httpx.AsyncClient]:
     settings = fast_settings()
-    state = AppState(
+    state = AppState.create(
         settings=settings,
         pool=pool,
         registry=registry,
-        lifecycle=Lifecycle(pool, registry, settings),
         database_url=database_url,
         api_token=TOKEN,
     )

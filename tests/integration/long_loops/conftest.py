@@ -12,7 +12,6 @@ import agentd.admin
 from agentd.api.app import create_app
 from agentd.api.state import AppState
 from agentd.db.pool import Pool
-from agentd.engine.lifecycle import Lifecycle
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
 from agentd.testing import agents
@@ -44,11 +43,10 @@ async def fake_llm() -> AsyncIterator[FakeLLM]:
 def app_state(
     pool: Pool, database_url: str, registry: AgentRegistry, settings: Settings
 ) -> AppState:
-    return AppState(
+    return AppState.create(
         settings=settings,
         pool=pool,
         registry=registry,
-        lifecycle=Lifecycle(pool, registry, settings),
         database_url=database_url,
         api_token=TOKEN,
     )

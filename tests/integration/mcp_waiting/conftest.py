@@ -9,7 +9,6 @@ from fastapi import FastAPI
 from agentd.api.app import create_app
 from agentd.api.state import AppState
 from agentd.db.pool import Pool
-from agentd.engine.lifecycle import Lifecycle
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
 from agentd.testing.agents import CalcAgent
@@ -46,11 +45,10 @@ def settings() -> Settings:
 
 @pytest.fixture
 def app(pool: Pool, database_url: str, registry: AgentRegistry, settings: Settings) -> FastAPI:
-    state = AppState(
+    state = AppState.create(
         settings=settings,
         pool=pool,
         registry=registry,
-        lifecycle=Lifecycle(pool, registry, settings),
         database_url=database_url,
         api_token=TOKEN,
     )

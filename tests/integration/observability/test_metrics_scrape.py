@@ -41,11 +41,10 @@ async def _status(pool: Pool, loop_id: uuid.UUID) -> str:
 
 
 async def scrape_api(engine: Engine, pool: Pool, url: str, registry: AgentRegistry) -> Scrape:
-    state = AppState(
+    state = AppState.create(
         settings=engine.settings,
         pool=pool,
         registry=registry,
-        lifecycle=engine.lifecycle,
         database_url=url,
         api_token=TOKEN,
         engine=engine,

@@ -21,7 +21,6 @@ from agentd.api import auth as api_auth
 from agentd.api.app import create_app
 from agentd.api.state import AppState
 from agentd.db.pool import Pool, connection
-from agentd.engine.lifecycle import Lifecycle
 from agentd.mcp import mounts
 from agentd.mcp.toolset import Toolset
 from agentd.store import loops
@@ -61,11 +60,10 @@ MOUNT = {
 def state(pool: Pool, database_url: str) -> AppState:
     registry = agents.registry()
     settings = fast_settings(read_tokens=[READER], mcp_servers={"guarded": MOUNT})
-    return AppState(
+    return AppState.create(
         settings=settings,
         pool=pool,
         registry=registry,
-        lifecycle=Lifecycle(pool, registry, settings),
         database_url=database_url,
         api_token=TOKEN,
     )
