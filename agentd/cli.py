@@ -111,7 +111,7 @@ async def _database(settings: Settings, *, migrate_first: bool) -> AsyncIterator
             url,
             min_size=settings.db_pool_min,
             max_size=settings.db_pool_max,
-            statement_cache_size=settings.db_statement_cache_size,
+            statement_cache_size=settings.statement_cache_size(),
         )
         try:
             yield pool, direct

@@ -67,14 +67,15 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default_factory=_default_data_dir, description="Embedded data dir.")
     db_pool_min: int = Field(1, ge=0, description="Minimum pooled connections.")
     db_pool_max: int = Field(10, ge=1, description="Maximum pooled connections.")
-    db_statement_cache_size: int = Field(
-        0,
+    db_statement_cache_size: int | None = Field(
+        None,
         ge=0,
-        description="Prepared statements cached per pooled connection. 0 (the default) is "
-        "required behind a transaction-mode pooler (PgBouncer < 1.21) and keeps rolling "
-        "upgrades safe: a cached statement reading `SELECT *` fails in its transaction once "
-        "per connection after a migration adds a column. Raise it only with a direct "
-        "database_url and a restart of every process after each migration.",
+        description="Prepared statements cached per pooled connection. Unset: 100 with a "
+        "direct database_url, 0 when database_direct_url is set (database_url is then a "
+        "transaction-mode pooler, where PgBouncer < 1.21 cannot keep named statements). "
+        "The cache saves a round trip and a re-plan per query; only statements outside a "
+        "transaction (the worker's claims and finalizes) are cached, which asyncpg "
+        "re-prepares by itself after a migration changes a table.",
     )
 
     # --- API
@@ -260,6 +261,12 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, _TomlSource(settings_cls, init_settings))
+
+    def statement_cache_size(self) -> int:
+        """The pool's prepared-statement cache: explicit, else off behind a pooler."""
+        if self.db_statement_cache_size is not None:
+            return self.db_statement_cache_size
+        return 0 if self.database_direct_url else 100
 
     def lease_seconds(self, read_timeout: float | None) -> float:
         """An LLM lease: the agent's read timeout plus the margin."""

@@ -18,6 +18,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentd import logs
+from agentd.db.pool import lost_connection, schema_changed
 from agentd.errors import AgentdError
 
 log = logs.get("agentd.api")
@@ -167,6 +168,15 @@ class CatchAll:
                 return
             if isinstance(exc, AgentdError):
                 response = from_error(exc)
+            elif lost_connection(exc) or schema_changed(exc):
+                # Nothing was committed; the same request will succeed in a moment.
+                response = problem_response(
+                    503,
+                    "unavailable",
+                    _HTTP_TITLES[503][1],
+                    "the database is unavailable or was just migrated; retry",
+                    headers={"Retry-After": "1"},
+                )
             else:
                 response = problem_response(
                     500, "internal", _HTTP_TITLES[500][1], "internal error; see the server log"

@@ -14,6 +14,22 @@ Pool = asyncpg.Pool
 Connection = asyncpg.Connection
 
 
+class CachingConnection(asyncpg.Connection):  # type: ignore[misc]
+    """Caches prepared statements only for statements run outside a transaction.
+
+    A migration that adds a column outdates a cached `SELECT *` statement. Outside a
+    transaction asyncpg re-prepares and retries it by itself; inside one it can only raise,
+    failing the transaction. The worker's hot statements (claims, the turn's finalize, the
+    tool call's end) run outside transactions, so they keep the cache's saving; statements
+    inside a transaction are prepared unnamed each time, as with no cache at all.
+    """
+
+    async def _get_statement(self, query: str, timeout: float | None, **kw: Any) -> Any:  # noqa: ASYNC109 (asyncpg signature)
+        if kw.get("use_cache", True) and self.is_in_transaction():
+            kw["use_cache"] = False
+        return await super()._get_statement(query, timeout, **kw)
+
+
 async def _init_connection(conn: asyncpg.Connection) -> None:
     for typ in ("json", "jsonb"):
         await conn.set_type_codec(typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
@@ -30,20 +46,20 @@ async def create_pool(
     *,
     min_size: int = 1,
     max_size: int = 10,
-    statement_cache_size: int = 0,
+    statement_cache_size: int = 100,
     **kw: Any,
 ) -> Pool:
     """A pool whose connections decode json/jsonb to Python values.
 
-    No prepared-statement cache by default (asyncpg then uses the unnamed statement and
-    re-parses it with each execution), for two reasons:
-    - a transaction-mode pooler (PgBouncer) hands each transaction a different server
-      connection, where a named statement cached on another is missing or already exists;
-    - after a migration adds a column, a cached `SELECT *` / `RETURNING *` statement raises
-      InvalidCachedStatementError inside its transaction (once per connection and
-      statement), which would fail in-flight turns during a rolling upgrade.
-    The cost is one extra round trip per query, small beside an LLM call.
-    `Settings.db_statement_cache_size` overrides it.
+    The prepared-statement cache (on by default) saves a round trip and a re-parse and
+    re-plan per query: asyncpg otherwise prepares the unnamed statement anew each time.
+    Pass 0 behind a transaction-mode pooler (PgBouncer < 1.21 hands each transaction a
+    different server connection, where a named statement is missing or already exists);
+    `Settings.statement_cache_size()` does. After a migration adds a column, a cached
+    `SELECT *` statement no longer matches; only statements outside a transaction are
+    cached (CachingConnection), and asyncpg re-prepares and retries those by itself.
+    Should one still fail (`schema_changed()`), the turn or tool call that hit it is handed
+    back and re-run, and the API answers 503 with Retry-After.
     """
     pool = await asyncpg.create_pool(
         url,
@@ -51,6 +67,7 @@ async def create_pool(
         max_size=max_size,
         init=_init_connection,
         statement_cache_size=statement_cache_size,
+        connection_class=kw.pop("connection_class", CachingConnection),
         reset=_keep_session,
         server_settings={"application_name": kw.pop("application_name", "agentd")},
         **kw,
@@ -60,8 +77,8 @@ async def create_pool(
 
 
 async def connect(url: str, *, application_name: str = "agentd") -> Connection:
-    """A dedicated connection (heartbeat, LISTEN, migrations), outside the pool; no statement
-    cache, for the same reasons as the pool's."""
+    """A dedicated connection (heartbeat, LISTEN, migrations), outside the pool, on the direct
+    URL. No statement cache: it runs few statements, and migrations change the schema."""
     conn = await asyncpg.connect(
         url, statement_cache_size=0, server_settings={"application_name": application_name}
     )
@@ -100,6 +117,12 @@ _LOST: tuple[type[BaseException], ...] = (
 )
 
 
+_SCHEMA_CHANGED: tuple[type[BaseException], ...] = (
+    asyncpg.exceptions.InvalidCachedStatementError,
+    asyncpg.exceptions.OutdatedSchemaCacheError,
+)
+
+
 def lost_connection(exc: BaseException) -> bool:
     """Whether `exc` (or what caused it) says the database connection was lost."""
     seen: BaseException | None = exc
@@ -112,6 +135,19 @@ def lost_connection(exc: BaseException) -> bool:
             return True  # "the underlying connection is closed", "connection was closed"
         if isinstance(seen, OSError) and _raised_in_asyncpg(seen):
             return True  # refused, reset, "unexpected connection_lost() call"
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def schema_changed(exc: BaseException) -> bool:
+    """Whether `exc` (or what caused it) is a cached statement outdated by a migration: the
+    transaction failed before it wrote anything, and running it again will succeed."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, _SCHEMA_CHANGED):
+            return True
         seen = seen.__cause__ or seen.__context__
     return False
 

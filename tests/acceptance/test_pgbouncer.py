@@ -37,10 +37,14 @@ from ._procs_scale import (
 LOOPS = 20
 
 
-def test_statement_cache_is_off_unless_asked() -> None:
-    # Transaction-mode poolers and rolling upgrades both need it off (agentd/db/pool.py).
-    assert Settings().db_statement_cache_size == 0
-    assert Settings(db_statement_cache_size=100).db_statement_cache_size == 100
+def test_statement_cache_is_off_behind_a_pooler_unless_asked() -> None:
+    # A transaction-mode pooler (signalled by a separate direct URL) needs it off.
+    direct = "postgresql://db:5432/agentd"
+    assert Settings(database_direct_url=direct).statement_cache_size() == 0
+    assert Settings().statement_cache_size() == 100
+    asked = Settings(database_direct_url=direct, db_statement_cache_size=50)
+    assert asked.statement_cache_size() == 50
+    assert Settings(db_statement_cache_size=0).statement_cache_size() == 0
 
 
 @pytest.mark.acceptance

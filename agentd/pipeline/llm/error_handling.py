@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from agentd import logs
-from agentd.db.pool import lost_connection, transaction, until_reachable
+from agentd.db.pool import lost_connection, schema_changed, transaction, until_reachable
 from agentd.engine.context import TurnContext
 from agentd.engine.states import TransitionReason
 from agentd.errors import (
@@ -56,6 +56,13 @@ class ErrorHandling:
                 # A database blip is not the model's failure: leave the turn to its lease.
                 ctx.runtime.telemetry.turn_outcome(ctx, "db_unavailable")
                 log.warning("turn.db_connection_lost", loop_id=str(ctx.loop.id), error=repr(exc))
+                return
+            if schema_changed(exc):
+                # A migration outdated a cached statement mid-transaction: nothing was
+                # written, and the pool's cache is already dropped. Run the turn again now.
+                ctx.runtime.telemetry.turn_outcome(ctx, "retried")
+                log.info("turn.schema_changed", loop_id=str(ctx.loop.id), error=repr(exc))
+                await self._give_back(ctx)
                 return
             message = (
                 exc.message if isinstance(exc, AgentdError) else f"{type(exc).__name__}: {exc}"

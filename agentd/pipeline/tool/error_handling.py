@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 
 from agentd import logs
-from agentd.db.pool import lost_connection, transaction, until_reachable
+from agentd.db.pool import lost_connection, schema_changed, transaction, until_reachable
 from agentd.engine.context import ToolContext
 from agentd.engine.states import TransitionReason
 from agentd.errors import AgentdError, FenceLost
@@ -39,8 +39,9 @@ class ErrorHandling:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if lost_connection(exc):
-                # A database blip is not the tool's failure: leave the call to its lease.
+            if lost_connection(exc) or schema_changed(exc):
+                # A database blip, or a cached statement a migration outdated, is not the
+                # tool's failure: hand the call back so it runs again.
                 ctx.runtime.telemetry.tool_call_outcome(ctx, "db_unavailable")
                 log.warning(
                     "tool_call.db_connection_lost",
