@@ -41,6 +41,9 @@ class Worker:
         self.limits = {"llm": s.llm_concurrency, "tool": s.tool_concurrency}
         self.busy = {"llm": 0, "tool": 0}
         self.wakes = {q: asyncio.Event() for q in ("llm", "tool")}
+        # The queue's last claim found nothing and no wake came since: a freed slot then
+        # has nothing to claim, so it does not poll (new work arrives with a wake).
+        self.drained = {"llm": False, "tool": False}
         self.tasks: dict[asyncio.Task[None], dict[str, Any]] = {}
         self.turn_done = Signal()
         self.tool_done = Signal()
@@ -51,11 +54,12 @@ class Worker:
     def wake(self, queue: str) -> None:
         ev = self.wakes.get(queue)
         if ev is not None:
+            self.drained[queue] = False
             ev.set()
 
     def wake_all(self) -> None:
-        for ev in self.wakes.values():
-            ev.set()
+        for q in self.wakes:
+            self.wake(q)
 
     def on_control(self, payload: str) -> None:
         """Pause/stop/freeze elsewhere: cancel this loop's in-flight work here, now."""
@@ -116,7 +120,9 @@ class Worker:
                 backoff = min(backoff * 2, 5.0)
                 continue
             if got is None:
+                self.drained[queue] = True
                 await self._wait(queue, stop, poll)
+                self.drained[queue] = False  # woken or polled: look again
 
     async def _claim_llm(self) -> bool | None:
         rt = self.runtime
@@ -177,8 +183,10 @@ class Worker:
 
         def done(t: asyncio.Task[None]) -> None:
             self.tasks.pop(t, None)
+            full = self.busy[queue] >= self.limits[queue]
             self.busy[queue] -= 1
-            self.wake(queue)
+            if full and not self.drained[queue]:
+                self.wakes[queue].set()  # the claim loop stopped at its limit: claim again
 
         task.add_done_callback(done)
 

@@ -9,31 +9,53 @@ from typing import Any, Self
 from uuid import UUID
 
 
+def _convert(type_name: str) -> Any:
+    """How a field's `to_jsonb` string becomes its Python value (None: kept as is)."""
+    if type_name.startswith("UUID"):
+        return UUID
+    if type_name.startswith("datetime"):
+        return datetime.fromisoformat
+    return None
+
+
 class _Row:
+    # Per row class, computed once: field names, and per field the converter for its
+    # to_jsonb form (claims prefetch whole histories, so this runs per message per turn).
+    _names: frozenset[str]
+    _plan: tuple[tuple[str, Any, bool], ...]
+
+    @classmethod
+    def _fields(cls) -> tuple[frozenset[str], tuple[tuple[str, Any, bool], ...]]:
+        plan = cls.__dict__.get("_plan")
+        if plan is None:
+            fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+            plan = tuple(
+                (f.name, _convert(str(f.type)), str(f.type).startswith("float")) for f in fields
+            )
+            cls._plan = plan
+            cls._names = frozenset(f.name for f in fields)
+        return cls._names, plan
+
     @classmethod
     def from_record(cls, rec: Any) -> Self:
-        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        present = set(rec.keys())
-        return cls(**{k: rec[k] for k in names & present})  # type: ignore[call-arg]
+        names, _ = cls._fields()
+        return cls(**{k: rec[k] for k in names.intersection(rec.keys())})  # type: ignore[call-arg]
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> Self:
         """A row from its `to_jsonb` form (the claims' prefetch): uuids and timestamps are
         strings there, everything else (numbers, jsonb columns) already has its type."""
         out: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            if f.name not in obj:
+        for name, conv, is_float in cls._fields()[1]:
+            if name not in obj:
                 continue
-            v = obj[f.name]
-            if v is not None and isinstance(v, str):
-                kind = str(f.type)
-                if kind.startswith("UUID"):
-                    v = UUID(v)
-                elif kind.startswith("datetime"):
-                    v = datetime.fromisoformat(v)
-            elif v is not None and str(f.type).startswith("float") and isinstance(v, int):
-                v = float(v)
-            out[f.name] = v
+            v = obj[name]
+            if v is not None:
+                if conv is not None and isinstance(v, str):
+                    v = conv(v)
+                elif is_float and isinstance(v, int):
+                    v = float(v)
+            out[name] = v
         return cls(**out)  # type: ignore[call-arg]
 
 
