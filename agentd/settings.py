@@ -110,6 +110,13 @@ class Settings(BaseSettings):
         default_factory=lambda: list(QUEUES), description="Queues to run."
     )
     poll_interval: float = Field(1.0, gt=0, description="Claim poll fallback when no NOTIFY.")
+    chain_tool_calls: bool = Field(
+        True,
+        description="A worker that finishes an LLM turn runs that turn's tool calls itself, "
+        "leased in the turn's finalize, as far as it has free tool slots (the rest are "
+        "queued for any worker). Saves a claim per call; a crash is healed as for any "
+        "claimed call. Off: every call goes through the queue.",
+    )
     heartbeat_interval: float = Field(
         10.0, gt=0, description="Lease renewal and worker heartbeat tick."
     )

@@ -6,7 +6,7 @@ import socket
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentd.db.pool import Pool
 from agentd.observability.metrics import Telemetry
@@ -18,6 +18,21 @@ if TYPE_CHECKING:
     from agentd.engine.stacks import Stacks
     from agentd.engine.stream_flusher import StreamFlusher
     from agentd.llm.client import LLMClient
+    from agentd.store.jobs import ToolClaim
+
+
+class Handoff(Protocol):
+    """The worker, as the turn finalizer sees it: slots to run the turn's own tool calls."""
+
+    def reserve(self, queue: str, n: int) -> int:
+        """Take up to `n` free slots of `queue` now; returns how many were taken."""
+        ...
+
+    def unreserve(self, queue: str, n: int) -> None: ...
+
+    def run_leased_tool(self, claim: ToolClaim, lease_token: uuid.UUID) -> None:
+        """Run a call already leased to this worker, in a slot taken by reserve()."""
+        ...
 
 
 @dataclass
@@ -37,6 +52,8 @@ class Runtime:
     # Called after a commit that enqueued work on a queue this process consumes, so the
     # successor is claimed at once without a NOTIFY (which would serialize commits).
     wake_local: Callable[[str], None] = field(default=lambda queue: None)
+    # Set when this process's worker chains: a finished turn's tool calls run here at once.
+    handoff: Handoff | None = None
     # Metrics shared with this process's /metrics (the API's, or the worker's probe port).
     telemetry: Telemetry = field(default_factory=Telemetry)
     extras: dict[str, Any] = field(default_factory=dict)

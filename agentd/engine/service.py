@@ -85,6 +85,8 @@ class Engine:
         self.runtime.renewer = self.renewer
         self.worker = Worker(self.runtime, self.queues)
         self.runtime.wake_local = self.worker.wake
+        if self.settings.chain_tool_calls:
+            self.runtime.handoff = self.worker
         self.listener = Listener(
             self.url,
             ["agentd_jobs", "agentd_control"],

@@ -48,6 +48,7 @@ class Worker:
         self.turn_done = Signal()
         self.tool_done = Signal()
         self.claimed = Signal()
+        self.stop: asyncio.Event | None = None  # run()'s: set, nothing new starts here
 
     # --- waking and control -------------------------------------------------------------
 
@@ -82,9 +83,41 @@ class Worker:
     def in_flight(self) -> int:
         return len(self.tasks)
 
+    # --- chaining (runtime.handoff) -------------------------------------------------------
+
+    def reserve(self, queue: str, n: int) -> int:
+        """Take up to `n` free slots of `queue` for work this worker will lease to itself
+        (a finished turn's tool calls), skipping the queue and its claim."""
+        if queue not in self.queues or self.stop is None or self.stop.is_set():
+            return 0
+        k = max(0, min(n, self.limits[queue] - self.busy[queue]))
+        self.busy[queue] += k
+        return k
+
+    def unreserve(self, queue: str, n: int) -> None:
+        if n <= 0:
+            return
+        full = self.busy[queue] >= self.limits[queue]
+        self.busy[queue] -= n
+        if full:
+            self.wakes[queue].set()
+
+    def run_leased_tool(self, claim: jobs.ToolClaim, lease_token: uuid.UUID) -> None:
+        tc = claim.tool_call
+        assert tc is not None and claim.generation is not None
+        self._spawn(
+            "tool",
+            tc.loop_id,
+            self._run_tool(tc, lease_token, claim.generation, claim.agent, claim),
+            reserved=True,
+            tool_call_id=tc.id,
+            token=claim.generation,
+        )
+
     # --- claiming -------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
+        self.stop = stop
         if not self.queues:  # a maintenance-only process: nothing to claim, run until told
             await stop.wait()
             return
@@ -175,8 +208,11 @@ class Worker:
         )
         return True
 
-    def _spawn(self, queue: str, loop_id: uuid.UUID, coro: Any, **info: Any) -> None:
-        self.busy[queue] += 1
+    def _spawn(
+        self, queue: str, loop_id: uuid.UUID, coro: Any, *, reserved: bool = False, **info: Any
+    ) -> None:
+        if not reserved:
+            self.busy[queue] += 1
         task = asyncio.get_running_loop().create_task(coro, name=f"{queue}-{loop_id}")
         self.tasks[task] = {"queue": queue, "loop_id": loop_id, **info}
         self.claimed.fire()

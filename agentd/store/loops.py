@@ -10,14 +10,14 @@ Called by: engine (worker, lifecycle, reaper, lease renewer) and api (reads).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from agentd.db.pool import Connection
 from agentd.store import events
-from agentd.store.models import Loop, NewEvent
+from agentd.store.models import Loop, NewEvent, ToolCall
 from agentd.store.queries import sql
 
 
@@ -103,6 +103,8 @@ class FinalizedTurn:
     loop: Loop
     message_id: int
     jobs_enqueued: int
+    # Calls inserted already leased to the finalizing worker (`own_tokens`), in position order.
+    leased_calls: list[ToolCall] = field(default_factory=list)
 
 
 async def finalize_turn_all(
@@ -120,10 +122,13 @@ async def finalize_turn_all(
     notify_tool: bool,
     turn_events: Sequence[NewEvent],
     attach: list[bool],
+    own_tokens: Sequence[UUID] = (),
+    worker_id: UUID | None = None,
 ) -> FinalizedTurn | None:
     """The whole LLM-turn finalize in one statement (`loop_finalize_turn_all`): loop,
     assistant message (shell promoted or inserted), tool calls, their jobs, events and the
-    observers' notifications. None when the fence is lost: then nothing was written."""
+    observers' notifications. None when the fence is lost: then nothing was written.
+    The first len(own_tokens) calls are leased to `worker_id` instead of queued."""
     rec = await conn.fetchrow(
         sql("loop_finalize_turn_all"),
         loop_id,
@@ -149,11 +154,16 @@ async def finalize_turn_all(
         notify_tool,
         *events.columns(turn_events),
         attach,
+        list(own_tokens),
+        worker_id,
     )
     if rec is None:
         return None
     return FinalizedTurn(
-        loop=Loop.from_record(rec), message_id=rec["message_id"], jobs_enqueued=rec["jobs_enqueued"]
+        loop=Loop.from_record(rec),
+        message_id=rec["message_id"],
+        jobs_enqueued=rec["jobs_enqueued"],
+        leased_calls=[ToolCall.from_json(t) for t in rec["leased_calls"]],
     )
 
 

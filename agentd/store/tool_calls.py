@@ -220,6 +220,10 @@ async def release_leases(conn: Connection, *, ids: list[int], tokens: list[UUID]
     await conn.execute(sql("tool_call_release_leases"), ids, tokens)
 
 
+async def release_own(conn: Connection, *, loop_id: UUID, tokens: list[UUID]) -> None:
+    await conn.execute(sql("tool_call_release_own"), loop_id, tokens)
+
+
 async def renew_leases(
     conn: Connection, *, ids: list[int], tokens: list[UUID], seconds: list[float]
 ) -> set[int]:

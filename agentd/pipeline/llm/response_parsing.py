@@ -11,16 +11,22 @@ Finalizer: yes — replacing this forfeits the fences.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from typing import Any
 
-from agentd.db.pool import connection
+from agentd import logs
+from agentd.db.pool import DB_ERRORS, connection
 from agentd.engine import dispatch, tokens
 from agentd.engine.context import TurnContext
+from agentd.engine.runtime import Runtime
 from agentd.errors import FenceLost
 from agentd.observability import tracing
 from agentd.pipeline.builder import Handler
-from agentd.store import loops
+from agentd.store import jobs, loops, tool_calls
 from agentd.store.models import NewEvent
+
+log = logs.get("agentd.turn")
 
 
 class ResponseParsing:
@@ -52,8 +58,60 @@ class ResponseParsing:
             loop_id=ctx.loop.id,
             reason=resp.finish_reason,
         )  # the statement adds its message id and the {step, tool_calls} log
+        # Chaining: the calls this worker has free tool slots for are leased to it by the
+        # finalize itself and run here at once; the rest are queued for any worker.
+        handoff = runtime.handoff
+        own = handoff.reserve("tool", 1 if sequential else len(rows)) if handoff and rows else 0
+        tokens_own = [uuid.uuid4() for _ in range(own)]
+        try:
+            done = await self._finalize(ctx, rows, used, sequential, turn_event, tokens_own)
+        except BaseException:
+            if handoff is not None:
+                handoff.unreserve("tool", own)
+                if own:  # it may have committed before the error or cancellation reached us
+                    _release_own(runtime, ctx.loop.id, tokens_own)
+            raise
+        if done is None:
+            if handoff is not None:
+                handoff.unreserve("tool", own)
+            raise FenceLost()
+        loop = done.loop
+        ctx.events_flushed = True
+        ctx.finished = True
+        ctx.loop = loop
+        runtime.telemetry.turn_outcome(ctx, "tool_calls" if calls else "completed")
+        if handoff is not None:
+            handoff.unreserve("tool", own - len(done.leased_calls))
+            by_name = {t.name: t for t in ctx.tools}
+            for tc in done.leased_calls:
+                assert tc.lease_token is not None
+                claim = jobs.ToolClaim(
+                    job_id=0,
+                    generation=ctx.execution_token,
+                    tool_call=tc,
+                    agent=loop.agent,
+                    loop=loop,
+                    tool=by_name.get(tc.name),
+                )
+                handoff.run_leased_tool(claim, tc.lease_token)
+        if done.jobs_enqueued:
+            dispatch.wake(runtime, "tool")
+        await self.app(ctx)
+
+    async def _finalize(
+        self,
+        ctx: TurnContext,
+        rows: list[dict[str, Any]],
+        used: tokens.TurnTokens,
+        sequential: bool,
+        turn_event: NewEvent,
+        own_tokens: list[uuid.UUID],
+    ) -> loops.FinalizedTurn | None:
+        runtime = ctx.runtime
+        resp = ctx.response
+        assert resp is not None
         async with connection(runtime.pool) as conn:
-            done = await loops.finalize_turn_all(
+            return await loops.finalize_turn_all(
                 conn,
                 loop_id=ctx.loop.id,
                 execution_token=ctx.execution_token,
@@ -74,14 +132,25 @@ class ResponseParsing:
                 notify_tool="tool" not in runtime.consumes,
                 turn_events=[*ctx.events, turn_event],
                 attach=[False] * len(ctx.events) + [True],
+                own_tokens=own_tokens,
+                worker_id=runtime.worker_id,
             )
-        if done is None:
-            raise FenceLost()
-        loop = done.loop
-        ctx.events_flushed = True
-        ctx.finished = True
-        ctx.loop = loop
-        runtime.telemetry.turn_outcome(ctx, "tool_calls" if calls else "completed")
-        if rows:
-            dispatch.wake(runtime, "tool")
-        await self.app(ctx)
+
+
+_releasing: set[asyncio.Task[None]] = set()
+
+
+def _release_own(runtime: Runtime, loop_id: uuid.UUID, tokens: list[uuid.UUID]) -> None:
+    """Queue calls a cancelled finalize may have leased to this worker, in the background
+    (the turn's task is being cancelled); if this fails too, their leases expire."""
+
+    async def release() -> None:
+        try:
+            async with connection(runtime.pool) as conn:
+                await tool_calls.release_own(conn, loop_id=loop_id, tokens=tokens)
+        except DB_ERRORS as exc:
+            log.warning("turn.release_own_failed", loop_id=str(loop_id), error=repr(exc))
+
+    task = asyncio.get_running_loop().create_task(release())
+    _releasing.add(task)
+    task.add_done_callback(_releasing.discard)

@@ -65,7 +65,11 @@ RETURNING *;
 -- message), inserts the tool calls, their jobs (all, or only position 0 when sequential),
 -- the turn's events (`attach` ones get the message id and the {step, tool_calls} log), and
 -- notifies observers of an observed loop (and the tool queue when $23) at commit.
--- $1 id uuid · $2 execution_token uuid · $3 completed bool · $4 tokens_prompt int · $5 tokens_completion int · $6 tokens_cached int · $7 tokens_estimated bool · $8 shell_id bigint|null · $9 content text · $10 reasoning text · $11 metadata jsonb · $12 ttft float · $13 duration float · $14 finish_reason text · $15 positions int[] · $16 provider_ids text[] · $17 names text[] · $18 arguments jsonb[] · $19 raws text[] · $20 metadatas jsonb[] · $21 sequential bool · $22 tool_lease_seconds float · $23 notify_tool bool · $24..$36 the event_insert_many columns · $37 attach bool[]
+-- Chaining: the first cardinality($38) calls (positions 0..n-1) are inserted already leased
+-- to this worker ($39), one lease token each, and get no job: the finalizing worker runs
+-- them itself (the state a claim would leave); returned as leased_calls. A frozen loop's
+-- calls are all queued, as the claim would not take them.
+-- $1 id uuid · $2 execution_token uuid · $3 completed bool · $4 tokens_prompt int · $5 tokens_completion int · $6 tokens_cached int · $7 tokens_estimated bool · $8 shell_id bigint|null · $9 content text · $10 reasoning text · $11 metadata jsonb · $12 ttft float · $13 duration float · $14 finish_reason text · $15 positions int[] · $16 provider_ids text[] · $17 names text[] · $18 arguments jsonb[] · $19 raws text[] · $20 metadatas jsonb[] · $21 sequential bool · $22 tool_lease_seconds float · $23 notify_tool bool · $24..$36 the event_insert_many columns · $37 attach bool[] · $38 own_tokens uuid[] · $39 worker_id uuid|null
 WITH l AS (
     UPDATE loops
     SET step_count = step_count + 1,
@@ -102,15 +106,23 @@ WITH l AS (
     SELECT id FROM p UNION ALL SELECT id FROM i
 ), tc AS (
     INSERT INTO tool_calls (loop_id, message_id, position, provider_call_id, name, arguments,
-                            arguments_raw, metadata)
-    SELECT l.id, m.id, x.p, x.pid, x.n, x.a, x.r, x.md
+                            arguments_raw, metadata, status, lease_token, lease_worker_id,
+                            leased_until, attempts)
+    SELECT l.id, m.id, x.p, x.pid, x.n, x.a, x.r, x.md,
+           CASE WHEN o.own THEN 'running' ELSE 'pending' END,
+           CASE WHEN o.own THEN ($38::uuid[])[x.p + 1] END,
+           CASE WHEN o.own THEN $39::uuid END,
+           CASE WHEN o.own THEN now() + make_interval(secs => $22::float8) END,
+           CASE WHEN o.own THEN 1 ELSE 0 END
     FROM l, m, unnest($15::int[], $16::text[], $17::text[], $18::jsonb[], $19::text[],
-                      $20::jsonb[]) AS x(p, pid, n, a, r, md)
-    RETURNING id, position
+                      $20::jsonb[]) AS x(p, pid, n, a, r, md),
+         LATERAL (SELECT x.p < coalesce(cardinality($38::uuid[]), 0) AND NOT l.frozen
+                         AND $39::uuid IS NOT NULL AS own) o
+    RETURNING *
 ), jb AS (
     INSERT INTO jobs (queue, kind, loop_id, tool_call_id, generation, lease_seconds)
     SELECT 'tool', 'tool_call', $1, tc.id, $2::uuid, $22::float8
-    FROM tc WHERE NOT $21::bool OR tc.position = 0
+    FROM tc WHERE (NOT $21::bool OR tc.position = 0) AND tc.lease_token IS NULL
     RETURNING id
 ), ev AS (
     INSERT INTO events (loop_id, name, reason, http_method, url, status, request_data,
@@ -140,7 +152,9 @@ WITH l AS (
     WHERE v.payload IS NOT NULL
 )
 SELECT l.*, m.id AS message_id, (SELECT count(*) FROM jb) AS jobs_enqueued,
-       (SELECT count(*) FROM ev) AS events_inserted, (SELECT count(*) FROM n) AS notified
+       (SELECT count(*) FROM ev) AS events_inserted, (SELECT count(*) FROM n) AS notified,
+       (SELECT coalesce(jsonb_agg(to_jsonb(t) ORDER BY t.position), '[]'::jsonb)
+        FROM tc t WHERE t.lease_token IS NOT NULL) AS leased_calls
 FROM l, m;
 
 -- name: loop_fenced_transition :one

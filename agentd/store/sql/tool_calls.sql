@@ -188,6 +188,24 @@ WITH r AS (
 INSERT INTO jobs (queue, kind, loop_id, tool_call_id, generation)
 SELECT 'tool', 'tool_call', loop_id, id, execution_token FROM u;
 
+-- name: tool_call_release_own :exec
+-- A finalize cancelled after its commit may have leased calls to its worker (chaining) that
+-- nobody will run: queue them now instead of waiting out the lease. Fence: the tokens.
+-- $1 loop_id uuid · $2 tokens uuid[]
+WITH r AS (
+    SELECT tc.id, l.execution_token FROM tool_calls tc JOIN loops l ON l.id = tc.loop_id
+    WHERE tc.loop_id = $1 AND tc.lease_token = ANY($2::uuid[])
+      AND tc.response_message_id IS NULL AND tc.executed_at IS NULL
+    FOR UPDATE OF tc
+), u AS (
+    UPDATE tool_calls SET lease_token = NULL, leased_until = NULL, lease_worker_id = NULL,
+        status = 'pending', updated_at = now()
+    FROM r WHERE tool_calls.id = r.id
+    RETURNING tool_calls.id, tool_calls.loop_id, r.execution_token
+)
+INSERT INTO jobs (queue, kind, loop_id, tool_call_id, generation)
+SELECT 'tool', 'tool_call', loop_id, id, execution_token FROM u;
+
 -- name: tool_call_lease_renew_many :many
 -- LeaseRenewer each tick: keeps live tool calls from being reclaimed; fence: lease_token.
 -- $1 ids bigint[] · $2 tokens uuid[] · $3 lease_seconds float[]
