@@ -21,6 +21,8 @@ from typing import Any
 
 import asyncpg
 
+from agentd.db.pool import CachingConnection
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 ADMIN_URL = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -228,7 +230,7 @@ def _label(query: str) -> str:
     return f"{head}:{m.group(1) if m else q[:40]}"
 
 
-class CountingConnection(asyncpg.Connection):  # type: ignore[misc]
+class CountingConnection(CachingConnection):  # the pool's own class, counting
     """Counts every message exchange the client waits for (one = one round trip)."""
 
     async def execute(self, query: str, *args: Any, timeout: float | None = None) -> str:
@@ -352,8 +354,10 @@ def table(title: str, header: list[str], rows: list[list[Any]]) -> str:
     return out
 
 
-def save(name: str, data: dict[str, Any], chart: Any = None) -> Path:
-    """Write results/<name>-<stamp>.json (+ .png when `chart(ax)` draws something)."""
+def save(name: str, data: dict[str, Any], chart: Any = None, panels: int = 1) -> Path:
+    """Write results/<name>-<stamp>.json (+ .png when `chart(ax)` draws something).
+
+    With `panels` > 1 the figure has that many side-by-side axes and `chart` gets the list."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = RESULTS / f"{name}-{stamp}"
@@ -365,9 +369,14 @@ def save(name: str, data: dict[str, Any], chart: Any = None) -> Path:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        chart(ax)
-        ax.set_title(name)
+        if panels > 1:
+            fig, axes = plt.subplots(1, panels, figsize=(7 * panels, 4.5))
+            chart(list(axes))
+            fig.suptitle(name)
+        else:
+            fig, ax = plt.subplots(figsize=(8, 4.5))
+            chart(ax)
+            ax.set_title(name)
         fig.tight_layout()
         fig.savefig(base.with_suffix(".png"), dpi=100)
         plt.close(fig)

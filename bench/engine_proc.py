@@ -50,6 +50,17 @@ def instrument() -> None:
     jobs_store.claim_llm = claim_llm  # type: ignore[assignment]
     jobs_store.claim_tool = claim_tool  # type: ignore[assignment]
 
+    # A chained call (leased by its turn's finalize) has no claim: time it from the handoff.
+    from agentd.engine.worker import Worker
+
+    orig_leased = Worker.run_leased_tool
+
+    def run_leased_tool(self: Any, claim: Any, lease_token: Any) -> None:
+        CLAIM_T[f"t{claim.tool_call.id}"] = time.perf_counter()
+        orig_leased(self, claim, lease_token)
+
+    Worker.run_leased_tool = run_leased_tool  # type: ignore[method-assign]
+
 
 class Done:
     """Terminal middleware: claim start -> finalizer commit returned, per job."""
