@@ -153,7 +153,7 @@ WITH l AS (
 )
 SELECT l.*, m.id AS message_id, (SELECT count(*) FROM jb) AS jobs_enqueued,
        (SELECT count(*) FROM ev) AS events_inserted, (SELECT count(*) FROM n) AS notified,
-       (SELECT coalesce(jsonb_agg(to_jsonb(t) ORDER BY t.position), '[]'::jsonb)
+       (SELECT coalesce(json_agg(t ORDER BY t.position), '[]'::json)
         FROM tc t WHERE t.lease_token IS NOT NULL) AS leased_calls
 FROM l, m;
 
