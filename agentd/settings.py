@@ -146,6 +146,34 @@ class Settings(BaseSettings):
     mcp_task_max_duration: float = Field(
         86400.0, gt=0, description="An MCP task still running after this long is given up."
     )
+    mcp_discovery_retries: int = Field(
+        3,
+        ge=0,
+        description="When a turn cannot reach its MCP servers (refused, 5xx, garbled answer), "
+        "retries inside the turn before it is deferred. 0: defer at once. A timeout is not "
+        "retried inside the turn.",
+    )
+    mcp_discovery_retry_delay: float = Field(
+        0.25,
+        ge=0,
+        description="Wait before the first in-turn retry of MCP discovery; doubles each retry "
+        "(±20% jitter).",
+    )
+    mcp_discovery_defer_delay: float = Field(
+        5.0,
+        gt=0,
+        description="Then the turn is handed back (no worker slot held) for this long; doubles "
+        "with each consecutive deferral (±20% jitter), up to mcp_discovery_defer_max.",
+    )
+    mcp_discovery_defer_max: float = Field(
+        60.0, gt=0, description="Longest single deferral of a turn whose MCP servers are down."
+    )
+    mcp_discovery_give_up_after: float = Field(
+        300.0,
+        gt=0,
+        description="A loop whose MCP discovery keeps failing this long (from its first "
+        "deferral) fails, naming the server and the last error.",
+    )
     lease_leak_grace: float = Field(300.0, description="Past max_duration, a lease is dropped.")
     default_max_duration: float = Field(7200.0, gt=0, description="Max seconds for one turn.")
     llm_retries: int = Field(2, ge=0, description="Re-sends beyond the first attempt.")

@@ -168,7 +168,8 @@ class McpClient:
         if missing:
             raise McpError(
                 f"MCP server {self.config.name!r} does not offer required tool(s): "
-                f"{', '.join(missing)}"
+                f"{', '.join(missing)}",
+                retryable=False,  # it answered; waiting will not add the tools
             )
         allowed = set(self.config.tools) if self.config.tools is not None else None
         tools = [self._tool(t) for t in remote if allowed is None or t["name"] in allowed]

@@ -198,14 +198,21 @@ class HttpTransport:
         if status == 404 and session_id:
             raise McpSessionInvalid(f"{where} no longer knows session {session_id} (HTTP 404)")
         if status in (401, 403):
-            raise McpError(f"{where} rejected the credentials (HTTP {status})")
+            raise McpError(f"{where} rejected the credentials (HTTP {status})", http_status=status)
         if parsed is _GARBAGE:
             snippet = result.raw_response[:_SNIPPET]
-            raise McpError(f"{where} answered HTTP {status} with a non-JSON body: {snippet!r}")
+            raise McpError(
+                f"{where} answered HTTP {status} with a non-JSON body: {snippet!r}",
+                http_status=status,
+            )
         if status >= 400 and not jsonrpc.is_response(parsed):
-            raise McpError(f"{where} answered HTTP {status} without a JSON-RPC response")
+            raise McpError(
+                f"{where} answered HTTP {status} without a JSON-RPC response", http_status=status
+            )
         if expects_answer and not jsonrpc.is_response(parsed):
-            raise McpError(f"{where} answered HTTP {status} without a JSON-RPC response")
+            raise McpError(
+                f"{where} answered HTTP {status} without a JSON-RPC response", http_status=status
+            )
 
     def _session(self) -> contextlib.AbstractAsyncContextManager[httpx.AsyncClient]:
         if self._client is not None:

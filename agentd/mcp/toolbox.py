@@ -99,7 +99,8 @@ async def open_toolbox(
                 raise McpError(
                     f"Tool name {tool.name!r} is advertised by both MCP servers "
                     f"{owner[tool.name]!r} and"
-                    f" {config.name!r}; give one of them a prefix"
+                    f" {config.name!r}; give one of them a prefix",
+                    retryable=False,  # a configuration problem, not an outage
                 )
             owner[tool.name] = config.name
             tools.append(tool)

@@ -1,31 +1,160 @@
 """ToolDiscovery: opens the agent's MCP servers and records their sessions and tools.
 
 Position: before NetworkCalling. Reads: ctx.agent. Writes: mcp_sessions, mcp_tools (fenced
-by the turn's token), ctx.tools, ctx.tool_specs. Finalizer: no.
+by the turn's token), ctx.tools, ctx.tool_specs; during an MCP outage, the turn's deferral
+(fenced) and a `turn.deferred` event. Finalizer: no.
 Discovery runs on a loop's first turn (with refresh_mcp_tools) or when the loop has no
 sessions yet; later turns read the stored tools, so a prompt's tool list stays stable.
 The stored sessions and tools come prefetched by the claim (ctx.prefetch) when it has them.
+Guarantee: an outage (refused, reset, timed out, HTTP 5xx, a garbled answer) does not fail
+the loop before `mcp_discovery_give_up_after`: discovery is retried a few times inside the
+turn, then the turn is deferred (queued again on the same generation, due later, no worker
+slot held) with a growing delay; a run of failures that long fails the loop, naming the
+server and the last error. A permanent failure (see `retryable`) fails it at once.
+Tolerates: pause/stop mid-retry (the wait is cancelled with the turn; the deferral is
+fenced and writes nothing after a rotation); a worker dying mid-retry (the reaper re-runs
+the turn and the run of failures goes on from its first deferral).
+Never: holds a connection while it waits or talks to a server; swallows cancellation.
+Called by: the LLM turn stack (pipeline/stacks.py).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
+import httpx
+
+from agentd import logs, redact
 from agentd.agent import resolve
 from agentd.db.pool import connection, transaction
 from agentd.engine.context import TurnContext
-from agentd.errors import FenceLost
+from agentd.errors import AgentdError, FenceLost, ToolTimeout, ToolTransportError
 from agentd.llm.types import ToolSpec
 from agentd.mcp.config import McpServerConfig
 from agentd.mcp.port import CallContext
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.wire import mcp_events
 from agentd.store import events, loops, mcp
+from agentd.store.models import NewEvent
+
+if TYPE_CHECKING:
+    from agentd.mcp.toolbox import Toolbox
+    from agentd.settings import Settings
+
+log = logs.get("agentd.turn")
+
+MCP_UNAVAILABLE = "mcp_unavailable"  # the deferral's status_reason and event reason
+_RETRYABLE_4XX = frozenset({408, 425, 429})
+_EVENT_PAGE = 500
 
 
 async def agent_mcp_configs(agent: Any) -> list[McpServerConfig]:
     entries = await resolve(agent.mcp_servers())
     return [e if isinstance(e, McpServerConfig) else McpServerConfig.parse(e) for e in entries]
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        yield cur
+        cur = cur.__cause__ or (None if cur.__suppress_context__ else cur.__context__)
+
+
+def retryable(exc: BaseException) -> bool:
+    """May a failed discovery heal by itself, or would it fail the same way again?
+
+    Retried: MCP transport failures (the port's contract: unreachable, timed out, garbled),
+    i.e. `ToolTransportError` — refused or reset connections, HTTP 5xx/408/425/429, non-JSON
+    or truncated answers, JSON-RPC errors, a forgotten session — and `ToolTimeout`.
+    Not retried: HTTP 401/403/404 and other 4xx (a wrong URL or token), a stdio command
+    that does not exist, errors raised with `retryable=False` (missing required_tools, a
+    tool-name clash), ConfigError, and anything that is not an MCP error (an agent's
+    mcp_servers() raising, a bug in a custom transport).
+    """
+    if not isinstance(exc, ToolTransportError | ToolTimeout):
+        return False
+    for e in _chain(exc):  # open_toolbox re-raises with the original as the cause
+        if isinstance(e, FileNotFoundError | NotADirectoryError | PermissionError):
+            return False
+        details = e.details if isinstance(e, AgentdError) else {}
+        if details.get("retryable") is False:
+            return False
+        status = details.get("http_status")
+        if isinstance(status, int) and 400 <= status < 500 and status not in _RETRYABLE_4XX:
+            return False
+    return True
+
+
+def _timed_out(exc: BaseException) -> bool:
+    return any(
+        isinstance(e, ToolTimeout | TimeoutError | httpx.TimeoutException) for e in _chain(exc)
+    )
+
+
+def _jittered(seconds: float) -> float:
+    return seconds * random.uniform(0.8, 1.2)  # spreads a fleet's retries after an outage
+
+
+@dataclass(frozen=True)
+class Outage:
+    """The loop's current run of discovery failures, as its event log shows it."""
+
+    since: datetime | None  # the run's first deferral; None: this is the first failure
+    deferrals: int
+
+
+def retry_delay(settings: Settings, retry: int) -> float:
+    """The wait before in-turn retry `retry` (1-based): base * 2**(retry-1), jittered."""
+    return _jittered(settings.mcp_discovery_retry_delay * 2 ** min(retry - 1, 30))
+
+
+def defer_until(settings: Settings, outage: Outage, now: datetime) -> datetime | None:
+    """When the deferred turn should try again, or None: the outage lasted too long.
+
+    The delay doubles with each deferral of the run, up to mcp_discovery_defer_max, and
+    never passes the give-up deadline, so the last attempt is made right at it.
+    """
+    since = outage.since or now
+    deadline = since + timedelta(seconds=settings.mcp_discovery_give_up_after)
+    if now >= deadline:
+        return None
+    growing = settings.mcp_discovery_defer_delay * 2 ** min(outage.deferrals, 30)
+    delay = min(_jittered(growing), settings.mcp_discovery_defer_max)
+    return min(now + timedelta(seconds=delay), deadline)
+
+
+async def outage_of(ctx: TurnContext) -> Outage:
+    """Read the current run of failures from the loop's events.
+
+    No column records it (and adding one would take a migration): each deferral writes a
+    `turn.deferred` event with reason mcp_unavailable, and any other event of the loop —
+    a successful discovery's mcp.* wire log, a model answer, a pause, resume or new
+    message — ends the run. So the run started at the first such deferral after the last
+    other event. Only read on this failure path; on a first turn (where discovery almost
+    always runs) the loop has a handful of events.
+    """
+    since: datetime | None = None
+    deferrals = 0
+    after = 0
+    async with connection(ctx.runtime.pool) as conn:
+        while True:
+            page = await events.list_(conn, loop_id=ctx.loop.id, after_id=after, limit=_EVENT_PAGE)
+            for e in page:
+                if e.name == "turn.deferred" and e.reason == MCP_UNAVAILABLE:
+                    since = since or e.created_at
+                    deferrals += 1
+                else:
+                    since, deferrals = None, 0
+            if len(page) < _EVENT_PAGE:
+                return Outage(since=since, deferrals=deferrals)
+            after = page[-1].id
 
 
 class ToolDiscovery:
@@ -47,7 +176,10 @@ class ToolDiscovery:
             fresh = ctx.loop.step_count == 0 and ctx.agent.refresh_mcp_tools
             known = {s["mcp_name"] for s in sessions}
             if fresh or known != {c.name for c in configs}:
-                rows = await self._discover(ctx, configs)
+                discovered = await self._discover(ctx, configs)
+                if discovered is None:
+                    return  # deferred: the turn is queued again, due after a back-off
+                rows = discovered
             ctx.tools = rows
             ctx.tool_specs = [
                 ToolSpec(
@@ -59,14 +191,10 @@ class ToolDiscovery:
             ]
         await self.app(ctx)
 
-    async def _discover(self, ctx: TurnContext, configs: list[McpServerConfig]) -> list[Any]:
-        from agentd.mcp.toolbox import open_toolbox
-
-        assert ctx.agent is not None
-        context = CallContext(
-            agent=ctx.agent, loop=ctx.loop_view, principal=ctx.agent.mcp_principal
-        )
-        box = await open_toolbox(configs, context, http=ctx.runtime.mcp_http)
+    async def _discover(self, ctx: TurnContext, configs: list[McpServerConfig]) -> list[Any] | None:
+        box = await self._open(ctx, configs)
+        if box is None:
+            return None
         async with transaction(ctx.runtime.pool) as conn:
             current = await loops.get_for_update(conn, loop_id=ctx.loop.id)
             if current is None or current.execution_token != ctx.execution_token:
@@ -98,3 +226,92 @@ class ToolDiscovery:
             )
             await events.insert_many(conn, mcp_events(box.exchanges, loop_id=ctx.loop.id))
             return await mcp.list_tools(conn, loop_id=ctx.loop.id)
+
+    async def _open(self, ctx: TurnContext, configs: list[McpServerConfig]) -> Toolbox | None:
+        """The agent's servers, opened; None: they are down and the turn was deferred."""
+        from agentd.mcp.toolbox import open_toolbox
+
+        assert ctx.agent is not None
+        settings = ctx.runtime.settings
+        context = CallContext(
+            agent=ctx.agent, loop=ctx.loop_view, principal=ctx.agent.mcp_principal
+        )
+        retry = 0
+        while True:
+            try:
+                return await open_toolbox(configs, context, http=ctx.runtime.mcp_http)
+            except Exception as exc:  # not CancelledError: a pause or stop ends the turn here
+                if not retryable(exc):
+                    raise
+                assert isinstance(exc, AgentdError)
+                # A timed-out attempt already waited `timeout`: hand the slot back instead.
+                if retry >= settings.mcp_discovery_retries or _timed_out(exc):
+                    await self._defer(ctx, exc)
+                    return None
+                retry += 1
+                delay = retry_delay(settings, retry)
+                log.info(
+                    "mcp.discovery_retry",
+                    loop_id=str(ctx.loop.id),
+                    retry=retry,
+                    delay=round(delay, 3),
+                    error=redact.text(exc.message),
+                )
+            await asyncio.sleep(delay)  # the lease renewer keeps the turn's lease meanwhile
+
+    async def _defer(self, ctx: TurnContext, exc: AgentdError) -> None:
+        """Hand the turn back until the servers may be up, or fail: down for too long."""
+        settings = ctx.runtime.settings
+        error = redact.text(exc.message)  # names the server (open_toolbox's wording)
+        outage = await outage_of(ctx)
+        now = datetime.now(UTC)
+        run_at = defer_until(settings, outage, now)
+        if run_at is None:
+            assert outage.since is not None
+            waited = (now - outage.since).total_seconds()
+            raise ToolTransportError(
+                f"{error} (still failing after {waited:.0f}s of retries; "
+                f"mcp_discovery_give_up_after={settings.mcp_discovery_give_up_after:g}s)"
+            ) from exc
+        async with transaction(ctx.runtime.pool) as conn:
+            deferred = await loops.defer_turn(
+                conn,
+                loop_id=ctx.loop.id,
+                execution_token=ctx.execution_token,
+                run_at=run_at,
+                reason=MCP_UNAVAILABLE,
+            )
+            if not deferred:
+                raise FenceLost()  # paused, stopped or reaped meanwhile: write nothing
+            pending = [] if ctx.events_flushed else ctx.events
+            await events.insert_many(
+                conn,
+                [
+                    *pending,
+                    NewEvent(
+                        name="turn.deferred",
+                        loop_id=ctx.loop.id,
+                        reason=MCP_UNAVAILABLE,
+                        log=f"{error}; next attempt at {run_at.isoformat()}",
+                    ),
+                ],
+            )
+            if ctx.loop.observed:
+                await events.publish(
+                    conn,
+                    {
+                        "type": "status",
+                        "loop_id": str(ctx.loop.id),
+                        "status": "queued",
+                        "reason": MCP_UNAVAILABLE,
+                    },
+                )
+        ctx.finished = ctx.events_flushed = True
+        log.warning(
+            "turn.deferred",
+            loop_id=str(ctx.loop.id),
+            reason=MCP_UNAVAILABLE,
+            deferrals=outage.deferrals + 1,
+            until=run_at.isoformat(),
+            error=error,
+        )
