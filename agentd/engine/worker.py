@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import time
 import uuid
@@ -49,6 +50,7 @@ class Worker:
         self.tool_done = Signal()
         self.claimed = Signal()
         self.stop: asyncio.Event | None = None  # run()'s: set, nothing new starts here
+        self.context: contextvars.Context | None = None  # run()'s, for chained jobs
 
     # --- waking and control -------------------------------------------------------------
 
@@ -118,6 +120,7 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         self.stop = stop
+        self.context = contextvars.copy_context()
         if not self.queues:  # a maintenance-only process: nothing to claim, run until told
             await stop.wait()
             return
@@ -213,7 +216,10 @@ class Worker:
     ) -> None:
         if not reserved:
             self.busy[queue] += 1
-        task = asyncio.get_running_loop().create_task(coro, name=f"{queue}-{loop_id}")
+        # A chained job is spawned from inside its turn's task: give it the worker's own
+        # context, not the turn's (log ids, trace span), like a claimed job has.
+        ctx = self.context if reserved and self.context is not None else None
+        task = asyncio.get_running_loop().create_task(coro, name=f"{queue}-{loop_id}", context=ctx)
         self.tasks[task] = {"queue": queue, "loop_id": loop_id, **info}
         self.claimed.fire()
 

@@ -126,7 +126,8 @@ def tool_call(
         structlog.contextvars.bound_contextvars(
             loop_id=str(tc.loop_id),
             worker=worker,
-            job_id=job_id,
+            # A chained call (leased by its turn's finalize) has no job.
+            **({"job_id": job_id} if job_id is not None else {"chained": True}),
             tool_call_id=tc.id,
             tool=tc.name,
             **tracing.current_ids(),

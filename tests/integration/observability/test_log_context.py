@@ -67,8 +67,11 @@ async def test_turn_and_tool_call_log_lines_carry_ids_and_trace_ids(
     for line in (first_turn, second_turn, tool_line, retry):
         assert line["loop_id"] == str(loop.id)
         assert line["worker"] == worker
-        assert isinstance(line["job_id"], int)
         assert len(line["trace_id"]) == 32 and len(line["span_id"]) == 16
+    for line in (first_turn, second_turn, retry):
+        assert isinstance(line["job_id"], int)
+    # The call ran chained: leased by its turn's finalize to this worker, with no job.
+    assert tool_line["chained"] is True and "job_id" not in tool_line
     assert retry["trace_id"] == first_turn["trace_id"] and retry["step"] == 1
     assert [first_turn["step"], second_turn["step"]] == [1, 2]
     assert tool_line["tool_call_id"] == call.id and tool_line["tool"] == "add"
