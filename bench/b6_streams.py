@@ -90,10 +90,14 @@ async def main_async(a: argparse.Namespace) -> None:
                 )
                 conns.append({r[0]: r[1] for r in rows})
                 el = time.monotonic() - t0
-                if hot0 is None and el > min(8, a.stream_seconds * 0.25):
+                # The HOT window opens once every loop is claimed and streaming: from then
+                # on only heartbeats update `loops` (a claim's status change is never HOT).
+                running = await db.fetchval("SELECT count(*) FROM loops WHERE status = 'running'")
+                if hot0 is None and running >= a.loops:
                     await db.execute("SELECT pg_stat_force_next_flush()")
                     hot0, t_hot0 = await hot(db), el
-                if hot1 is None and el > a.stream_seconds * 0.9:
+                if hot0 is not None and hot1 is None and el > a.stream_seconds * 0.9:
+                    await db.execute("SELECT pg_stat_force_next_flush()")
                     hot1, t_hot1 = await hot(db), el
                 done = await db.fetchval(
                     "SELECT count(*) FROM loops WHERE status IN ('completed','failed','paused')"
