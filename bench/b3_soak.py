@@ -1,5 +1,6 @@
 """B3 soak with autovacuum cycles: zero-cost loops, c=16, sync on, default autovacuum
-(plus the tables' own settings), sampled every second, reported per 10-s window.
+(plus the tables' own settings), sampled every second, reported per 10-s window. 256 loops
+are in flight throughout: each ends after 20 tool rounds and a fresh one replaces it.
 Target: worst 10-s window ≥ 0.4 × the run's median window. Variant --hold: one idle
 REPEATABLE READ transaction holds the xmin horizon from 1/3 to 2/3 of the run.
 
@@ -10,22 +11,58 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import time
 from typing import Any
 
 import asyncpg
 
+from agentd.db import pool as dbpool
+from agentd.engine.lifecycle import Lifecycle
 from agentd.settings import Settings
 from bench import agents, engine_proc
 from bench.b1_overhead import seed
 from bench.common import Calibration, ThrowawayDB, save, table
 
+ACTIVE = 256  # loops in flight at any time
+ROUNDS = 20  # tool rounds per loop: a loop ends after 41 jobs and a fresh one replaces it
+
+
+async def replenish(url: str, stop: asyncio.Event) -> None:
+    """Keep ACTIVE loops running: start a new loop (the public path) for each that ended, so
+    the soak measures table churn and autovacuum, not ever-longer histories."""
+    pool = await dbpool.create_pool(url, max_size=2)
+    lc = Lifecycle(pool, agents.registry(), Settings(log_level="warning"))
+    try:
+        while not stop.is_set():
+            async with pool.acquire() as conn:
+                active = await conn.fetchval(
+                    "SELECT count(*) FROM loops WHERE status IN ('queued','running','waiting')"
+                )
+            for _ in range(max(0, ACTIVE - active)):
+                await lc.start(agent="zero", message="go")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.5)
+    finally:
+        await pool.close()
+
+
+async def sizes(db: asyncpg.Connection) -> dict[str, int]:
+    rows = await db.fetch(
+        "SELECT relname, pg_total_relation_size(relid) AS b FROM pg_stat_user_tables"
+        " WHERE relname IN ('jobs','loops','tool_calls','messages','events')"
+    )
+    return {r["relname"]: int(r["b"]) for r in rows}
+
 
 async def run(url: str, seconds: float, hold: bool) -> dict[str, Any]:
     db = await asyncpg.connect(url)
     await db.execute("TRUNCATE jobs, loops CASCADE")
-    await seed(url, 256)
+    await seed(url, ACTIVE, concurrency=8)
+    size0 = await sizes(db)
+    stop = asyncio.Event()
+    feeder = asyncio.create_task(replenish(url, stop))
     holder = await asyncpg.connect(url)
     settings = Settings(
         database_url=url, log_level="warning", llm_concurrency=16, tool_concurrency=16
@@ -33,9 +70,8 @@ async def run(url: str, seconds: float, hold: bool) -> dict[str, Any]:
     per_s, dead, vac = [], [], []
     tx = None
     released = False
-    # rounds large: loops never finish; history length grows (a real loop's does too)
     async with engine_proc.EngineHarness(
-        url, settings, llm=agents.ZeroLLM(rounds=10**6), count_rt=False
+        url, settings, llm=agents.ZeroLLM(rounds=ROUNDS), count_rt=False
     ):
         t0 = time.monotonic()
         while (el := time.monotonic() - t0) < seconds:
@@ -56,6 +92,9 @@ async def run(url: str, seconds: float, hold: bool) -> dict[str, Any]:
             )
             dead.append(int(r["d"] or 0))
             vac.append(str(r["v"]))
+    stop.set()
+    await feeder
+    size1 = await sizes(db)
     await holder.close()
     await db.close()
     windows = [sum(per_s[i : i + 10]) / 10 for i in range(0, len(per_s) - 9, 10)]
@@ -69,6 +108,8 @@ async def run(url: str, seconds: float, hold: bool) -> dict[str, Any]:
         "worst": min(windows),
         "ratio": min(windows) / med if med else 0,
         "autovacuums_seen": len(set(vac)) - 1,
+        "bytes_before": size0,
+        "bytes_after": size1,
     }
 
 
@@ -99,6 +140,7 @@ async def main_async(a: argparse.Namespace) -> None:
             "ok" if r["ratio"] >= 0.4 else "MISS",
             r["autovacuums_seen"],
             max(r["dead"]),
+            f"{sum(r['bytes_before'].values()) / 2**20:.0f}→{sum(r['bytes_after'].values()) / 2**20:.0f}",
         ]
         for r in runs
     ]
@@ -115,6 +157,7 @@ async def main_async(a: argparse.Namespace) -> None:
             "",
             "autovacuum runs",
             "max dead tuples",
+            "hot tables MB",
         ],
         rows,
     )
