@@ -110,12 +110,12 @@ class Settings(BaseSettings):
         default_factory=lambda: list(QUEUES), description="Queues to run."
     )
     poll_interval: float = Field(1.0, gt=0, description="Claim poll fallback when no NOTIFY.")
-    chain_tool_calls: bool = Field(
+    chaining: bool = Field(
         True,
-        description="A worker that finishes an LLM turn runs that turn's tool calls itself, "
-        "leased in the turn's finalize, as far as it has free tool slots (the rest are "
-        "queued for any worker). Saves a claim per call; a crash is healed as for any "
-        "claimed call. Off: every call goes through the queue.",
+        description="A worker hands work it makes due to itself, skipping the queue and its "
+        "claim, as far as it has free slots: an LLM turn's tool calls (leased in the turn's "
+        "finalize) and the turn after a tool call's result (claimed in the tool call's "
+        "finish). A crash is healed as for any claimed job. Off: everything is queued.",
     )
     heartbeat_interval: float = Field(
         10.0, gt=0, description="Lease renewal and worker heartbeat tick."

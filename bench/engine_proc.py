@@ -50,7 +50,8 @@ def instrument() -> None:
     jobs_store.claim_llm = claim_llm  # type: ignore[assignment]
     jobs_store.claim_tool = claim_tool  # type: ignore[assignment]
 
-    # A chained call (leased by its turn's finalize) has no claim: time it from the handoff.
+    # Chained jobs (a call leased by its turn's finalize, a turn claimed by its last call's
+    # finish) have no claim: time them from the handoff.
     from agentd.engine.worker import Worker
 
     orig_leased = Worker.run_leased_tool
@@ -60,6 +61,14 @@ def instrument() -> None:
         orig_leased(self, claim, lease_token)
 
     Worker.run_leased_tool = run_leased_tool  # type: ignore[method-assign]
+
+    orig_turn = Worker.run_leased_turn
+
+    def run_leased_turn(self: Any, loop: Any, prefetch: Any) -> None:
+        CLAIM_T[str(loop.id)] = time.perf_counter()  # a chained turn: from its handoff
+        orig_turn(self, loop, prefetch)
+
+    Worker.run_leased_turn = run_leased_turn  # type: ignore[method-assign]
 
 
 class Done:

@@ -18,11 +18,13 @@ if TYPE_CHECKING:
     from agentd.engine.stacks import Stacks
     from agentd.engine.stream_flusher import StreamFlusher
     from agentd.llm.client import LLMClient
-    from agentd.store.jobs import ToolClaim
+    from agentd.store.jobs import ToolClaim, TurnPrefetch
+    from agentd.store.models import Loop
 
 
 class Handoff(Protocol):
-    """The worker, as the turn finalizer sees it: slots to run the turn's own tool calls."""
+    """The worker, as the finalizers see it: slots to run what they hand to it (a turn's own
+    tool calls; the turn a tool call's result makes due)."""
 
     def reserve(self, queue: str, n: int) -> int:
         """Take up to `n` free slots of `queue` now; returns how many were taken."""
@@ -32,6 +34,10 @@ class Handoff(Protocol):
 
     def run_leased_tool(self, claim: ToolClaim, lease_token: uuid.UUID) -> None:
         """Run a call already leased to this worker, in a slot taken by reserve()."""
+        ...
+
+    def run_leased_turn(self, loop: Loop, prefetch: TurnPrefetch | None) -> None:
+        """Run a turn already claimed for this worker, in a slot taken by reserve()."""
         ...
 
 

@@ -85,7 +85,7 @@ class Engine:
         self.runtime.renewer = self.renewer
         self.worker = Worker(self.runtime, self.queues)
         self.runtime.wake_local = self.worker.wake
-        if self.settings.chain_tool_calls:
+        if self.settings.chaining:
             self.runtime.handoff = self.worker
         self.listener = Listener(
             self.url,

@@ -104,6 +104,16 @@ class Worker:
         if full:
             self.wakes[queue].set()
 
+    def run_leased_turn(self, loop: Loop, prefetch: jobs.TurnPrefetch | None) -> None:
+        assert loop.execution_token is not None
+        self._spawn(
+            "llm",
+            loop.id,
+            self._run_turn(loop, prefetch),
+            reserved=True,
+            token=loop.execution_token,
+        )
+
     def run_leased_tool(self, claim: jobs.ToolClaim, lease_token: uuid.UUID) -> None:
         tc = claim.tool_call
         assert tc is not None and claim.generation is not None
@@ -218,7 +228,7 @@ class Worker:
             self.busy[queue] += 1
         # A chained job is spawned from inside its turn's task: give it the worker's own
         # context, not the turn's (log ids, trace span), like a claimed job has.
-        ctx = self.context if reserved and self.context is not None else None
+        ctx = self.context.copy() if reserved and self.context is not None else None
         task = asyncio.get_running_loop().create_task(coro, name=f"{queue}-{loop_id}", context=ctx)
         self.tasks[task] = {"queue": queue, "loop_id": loop_id, **info}
         self.claimed.fire()

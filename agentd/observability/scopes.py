@@ -51,7 +51,8 @@ def turn(telemetry: Telemetry, ctx: TurnContext, *, worker: str, job_id: Any) ->
         structlog.contextvars.bound_contextvars(
             loop_id=str(loop.id),
             worker=worker,
-            job_id=job_id,
+            # A chained turn (claimed by its last tool call's finish) has no job.
+            **({"job_id": job_id} if job_id is not None else {"chained": True}),
             step=loop.step_count + 1,
             **tracing.current_ids(),
         ),

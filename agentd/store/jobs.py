@@ -87,23 +87,26 @@ async def claim_llm(
     if rec is None:
         return None
     loop = Loop.from_record(rec) if rec["id"] is not None else None
-    prefetch = None
-    if loop is not None:
-        prefetch = TurnPrefetch(
-            messages=[Message.from_json(m) for m in rec["prefetch_messages"] or []],
-            tool_calls=[ToolCall.from_json(t) for t in rec["prefetch_tool_calls"] or []],
-            mcp_tools=[McpToolRow.from_json(t) for t in rec["prefetch_mcp_tools"] or []],
-            mcp_sessions=list(rec["prefetch_mcp_sessions"] or []),
-            backoffs={
-                k: datetime.fromisoformat(v) for k, v in (rec["prefetch_backoffs"] or {}).items()
-            },
-        )
+    prefetch = turn_prefetch(rec) if loop is not None else None
     return LlmClaim(
         job_id=rec["job_id"],
         loop_id=rec["job_loop_id"],
         loop=loop,
         taken=rec["job_taken"],
         prefetch=prefetch,
+    )
+
+
+def turn_prefetch(rec: Any) -> TurnPrefetch:
+    """A turn's context from the `prefetch_*` columns (agentd_turn_prefetch's)."""
+    return TurnPrefetch(
+        messages=[Message.from_json(m) for m in rec["prefetch_messages"] or []],
+        tool_calls=[ToolCall.from_json(t) for t in rec["prefetch_tool_calls"] or []],
+        mcp_tools=[McpToolRow.from_json(t) for t in rec["prefetch_mcp_tools"] or []],
+        mcp_sessions=list(rec["prefetch_mcp_sessions"] or []),
+        backoffs={
+            k: datetime.fromisoformat(v) for k, v in (rec["prefetch_backoffs"] or {}).items()
+        },
     )
 
 

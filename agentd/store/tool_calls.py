@@ -16,8 +16,9 @@ from typing import Any
 from uuid import UUID
 
 from agentd.db.pool import Connection
-from agentd.store import events
-from agentd.store.models import NewEvent, ToolCall
+from agentd.store import events, jobs
+from agentd.store.jobs import TurnPrefetch
+from agentd.store.models import Loop, NewEvent, ToolCall
 from agentd.store.queries import sql
 
 
@@ -93,6 +94,9 @@ class Finished:
     tool_jobs: int  # sequential: the next call's job was enqueued
     llm_jobs: int  # the last result: the loop is queued for its next turn
     executed_at: datetime | None
+    # Chained: the loop's next turn, claimed for `chain_worker`, and what it reads.
+    chained: Loop | None = None
+    prefetch: TurnPrefetch | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,7 @@ async def finish(
     notify_tool: bool,
     call_events: Sequence[NewEvent],
     attach: list[bool],
+    chain_worker: UUID | None = None,
 ) -> Finished | None:
     """The end of a tool call in one round trip (`tool_call_finish`): optionally the
     checkpoint, the tool message, responded, the continuation, events, notifications.
@@ -149,14 +154,18 @@ async def finish(
         notify_tool,
         *events.columns(call_events),
         attach,
+        chain_worker,
     )
     if rec is None or rec["outcome"] != "ok":
         return None
+    chained = rec["chained_loop"]
     return Finished(
         message_id=rec["message_id"],
         tool_jobs=rec["tool_jobs"],
         llm_jobs=rec["llm_jobs"],
         executed_at=rec["executed_at"],
+        chained=Loop.from_json(chained) if chained is not None else None,
+        prefetch=jobs.turn_prefetch(rec) if chained is not None else None,
     )
 
 

@@ -13,17 +13,22 @@ Finalizer: yes — replacing this forfeits the fences.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
 
-from agentd.db.pool import connection
+from agentd import logs
+from agentd.db.pool import DB_ERRORS, connection
 from agentd.engine import dispatch
 from agentd.engine.context import ToolContext
+from agentd.engine.runtime import Runtime
 from agentd.engine.states import TransitionReason
 from agentd.errors import FenceLost
 from agentd.pipeline.builder import Handler
-from agentd.store import tool_calls
+from agentd.store import jobs, loops, tool_calls
 from agentd.store.models import NewEvent
+
+log = logs.get("agentd.tool_call")
 
 
 class ResponseCreation:
@@ -37,8 +42,49 @@ class ResponseCreation:
         assert agent is not None
         woke: list[str] = []
         cp: tool_calls.Checkpoint | None = ctx.metadata.get("checkpoint")
+        # Chaining: with a free LLM slot here, the result that resolves the turn's last call
+        # claims the loop's next turn for this worker in the same statement.
+        handoff = runtime.handoff
+        slot = handoff.reserve("llm", 1) if handoff is not None else 0
+        new_token = uuid.uuid4()
+        try:
+            done = await self._finish(ctx, cp, new_token, slot > 0)
+        except BaseException:
+            if handoff is not None and slot:
+                handoff.unreserve("llm", slot)
+                _release_turn(runtime, tc.loop_id, new_token)  # in case it committed
+            raise
+        if done is None:
+            if handoff is not None:
+                handoff.unreserve("llm", slot)
+            raise FenceLost()  # the generation moved on, the lease was lost, or answered
+        if cp is not None:  # the folded checkpoint committed with the response
+            ctx.metadata.pop("checkpoint", None)
+            ctx.tool_call = dataclasses.replace(tc, executed_at=done.executed_at)
+            runtime.telemetry.tool_call_outcome(ctx, "completed" if cp.is_success else "error")
+        if handoff is not None:
+            if done.chained is not None:
+                handoff.run_leased_turn(done.chained, done.prefetch)
+            else:
+                handoff.unreserve("llm", slot)
+        if done.tool_jobs:
+            woke.append("tool")
+        if done.llm_jobs:
+            woke.append("llm")
+        ctx.events = []
+        ctx.metadata["events_flushed"] = True
+        dispatch.wake(runtime, *woke)
+        await self.app(ctx)
+
+    async def _finish(
+        self, ctx: ToolContext, cp: tool_calls.Checkpoint | None, new_token: uuid.UUID, chain: bool
+    ) -> tool_calls.Finished | None:
+        tc = ctx.tool_call
+        runtime = ctx.runtime
+        agent = ctx.agent
+        assert agent is not None
         async with connection(runtime.pool) as conn:
-            done = await tool_calls.finish(
+            return await tool_calls.finish(
                 conn,
                 tool_call_id=tc.id,
                 loop_id=tc.loop_id,
@@ -46,7 +92,7 @@ class ResponseCreation:
                 generation=ctx.generation,
                 checkpoint=cp,
                 sequential=ctx.sequential,
-                new_token=uuid.uuid4(),
+                new_token=new_token,
                 status_reason=TransitionReason.TOOLS_RESOLVED,
                 llm_lease_seconds=runtime.settings.lease_seconds(agent.read_timeout),
                 tool_lease_seconds=runtime.tool_lease_seconds(),
@@ -63,18 +109,26 @@ class ResponseCreation:
                     ),
                 ],
                 attach=[False] * len(ctx.events) + [True],
+                chain_worker=runtime.worker_id if chain else None,
             )
-        if done is None:
-            raise FenceLost()  # the generation moved on, the lease was lost, or answered
-        if cp is not None:  # the folded checkpoint committed with the response
-            ctx.metadata.pop("checkpoint", None)
-            ctx.tool_call = dataclasses.replace(tc, executed_at=done.executed_at)
-            runtime.telemetry.tool_call_outcome(ctx, "completed" if cp.is_success else "error")
-        if done.tool_jobs:
-            woke.append("tool")
-        if done.llm_jobs:
-            woke.append("llm")
-        ctx.events = []
-        ctx.metadata["events_flushed"] = True
-        dispatch.wake(runtime, *woke)
-        await self.app(ctx)
+
+
+_releasing: set[asyncio.Task[None]] = set()
+
+
+def _release_turn(runtime: Runtime, loop_id: uuid.UUID, token: uuid.UUID) -> None:
+    """A finish cancelled after its commit may have claimed the next turn for this worker,
+    which will not run it now: queue it again at once (in the background: this task is
+    being cancelled). If this fails too, the turn's lease expires and the reaper requeues."""
+
+    async def release() -> None:
+        try:
+            async with connection(runtime.pool) as conn:
+                await loops.release_leases(conn, ids=[loop_id], tokens=[token])
+                await jobs.notify(conn, queue="llm")
+        except DB_ERRORS as exc:
+            log.warning("tool_call.release_turn_failed", loop_id=str(loop_id), error=repr(exc))
+
+    task = asyncio.get_running_loop().create_task(release())
+    _releasing.add(task)
+    task.add_done_callback(_releasing.discard)

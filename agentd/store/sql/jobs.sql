@@ -59,52 +59,14 @@ WITH c AS (
     RETURNING loops.*
 )
 SELECT c.id AS job_id, c.loop_id AS job_loop_id, (j.id IS NOT NULL) AS job_taken, l.*,
-       pm.rows AS prefetch_messages, pc.rows AS prefetch_tool_calls,
-       pt.rows AS prefetch_mcp_tools, ps.rows AS prefetch_mcp_sessions,
-       pb.rows AS prefetch_backoffs
+       pf.history AS prefetch_messages, pf.history_calls AS prefetch_tool_calls,
+       pf.tools AS prefetch_mcp_tools, pf.sessions AS prefetch_mcp_sessions,
+       pf.backoffs AS prefetch_backoffs
 FROM c LEFT JOIN j ON true LEFT JOIN l ON true
 -- The turn's context, prefetched so a steady-state turn reads nothing else (snapshot of
--- this statement; the job's enqueuer committed everything the turn reads): the latest
--- compaction summary and the visible rows after its coverage (engine/prompt.py still
--- decides what enters the prompt), their tool calls, the loop's MCP tools and sessions, and
--- the provider keys inside a Retry-After back-off right now (a handful of rows at most).
--- History rows travel as json, not jsonb: built as text directly, about half the cost.
-LEFT JOIN LATERAL (
-    SELECT sm.id, sm.summary_through FROM messages sm
-    WHERE sm.loop_id = l.id AND NOT sm.hidden AND sm.superseded_at IS NULL
-      AND sm.summary_through IS NOT NULL
-    ORDER BY sm.id DESC LIMIT 1
-) s ON true
-LEFT JOIN LATERAL (
-    SELECT coalesce(json_agg(m ORDER BY m.id), '[]'::json) AS rows,
-           array_agg(m.id) AS ids,
-           array_agg(m.tool_call_id) FILTER (WHERE m.tool_call_id IS NOT NULL) AS call_ids
-    FROM messages m
-    WHERE m.loop_id = l.id AND NOT m.hidden AND m.superseded_at IS NULL
-      AND (m.id = s.id OR (m.summary_through IS NULL AND m.id > coalesce(s.summary_through, 0)))
-) pm ON l.id IS NOT NULL
-LEFT JOIN LATERAL (
-    SELECT coalesce(json_agg(t ORDER BY t.message_id, t.position), '[]'::json) AS rows
-    FROM tool_calls t
-    WHERE t.loop_id = l.id AND (t.message_id = ANY(pm.ids) OR t.id = ANY(pm.call_ids))
-) pc ON l.id IS NOT NULL
-LEFT JOIN LATERAL (
-    SELECT coalesce(jsonb_agg(to_jsonb(t) || jsonb_build_object(
-               'mcp_name', ms.mcp_name, 'session_id', ms.session_id,
-               'transport_kind', ms.transport_kind,
-               'task_support', ms.metadata -> 'taskTools' ->> t.remote_name) ORDER BY t.id),
-           '[]'::jsonb) AS rows
-    FROM mcp_tools t JOIN mcp_sessions ms ON ms.id = t.mcp_session_id
-    WHERE t.loop_id = l.id
-) pt ON l.id IS NOT NULL
-LEFT JOIN LATERAL (
-    SELECT coalesce(jsonb_agg(to_jsonb(ms) ORDER BY ms.id), '[]'::jsonb) AS rows
-    FROM mcp_sessions ms WHERE ms.loop_id = l.id
-) ps ON l.id IS NOT NULL
-LEFT JOIN LATERAL (
-    SELECT coalesce(jsonb_object_agg(pv.id, pv.blocked_until), '{}'::jsonb) AS rows
-    FROM provider_state pv WHERE pv.blocked_until > clock_timestamp()
-) pb ON l.id IS NOT NULL;
+-- this statement; the job's enqueuer committed everything the turn reads): see
+-- agentd_turn_prefetch (migrations/0009), which a chained turn's prefetch shares.
+LEFT JOIN LATERAL agentd_turn_prefetch(l.id) pf ON l.id IS NOT NULL;
 
 -- name: job_claim_tool :one
 -- Worker; claims the next tool job and the call's lease in one statement. Fence: the loop

@@ -1,8 +1,10 @@
-"""Chaining: the worker that finishes an LLM turn runs that turn's tool calls itself.
+"""Chaining: a worker hands the work it makes due to itself, skipping queue and claim.
 
-The finalize statement inserts as many calls as the worker has free tool slots already
-leased to it (no job, no claim); the rest are queued for any worker. A finalize that is
-cancelled after its commit hands its calls back to the queue at once.
+The finalize of an LLM turn inserts as many of its tool calls as the worker has free tool
+slots already leased to it; the rest are queued for any worker. The tool call whose result
+resolves the turn's last call claims the loop's next turn for its worker, with the turn's
+context, when that worker has a free LLM slot. A finalize or finish that is cancelled after
+its commit hands what it took back to the queue at once.
 """
 
 from __future__ import annotations
@@ -30,6 +32,22 @@ def script(fake: FakeLLM, n_calls: int) -> None:
         )
     )
     fake.add(Rule(match=lambda last: last.role == "tool", reply=Reply(content="done")))
+
+
+@pytest.fixture
+def turn_claims(monkeypatch: pytest.MonkeyPatch) -> list[uuid.UUID]:
+    """Loops whose turn the worker took through the queue (a claim)."""
+    taken: list[uuid.UUID] = []
+    real = jobs.claim_llm
+
+    async def counting(conn: Any, **kw: Any) -> Any:
+        claim = await real(conn, **kw)
+        if claim is not None and claim.loop is not None:
+            taken.append(claim.loop.id)
+        return claim
+
+    monkeypatch.setattr(worker_mod.jobs, "claim_llm", counting)
+    return taken
 
 
 @pytest.fixture
@@ -97,16 +115,34 @@ async def test_only_free_tool_slots_are_chained_the_rest_are_queued(
     assert len(CALLS) == 3
 
 
-async def test_chaining_off_queues_every_call(
+async def test_the_last_result_claims_the_next_turn_here(
+    pool: Pool,
+    database_url: str,
+    registry: AgentRegistry,
+    fake_llm: FakeLLM,
+    turn_claims: list[uuid.UUID],
+) -> None:
+    script(fake_llm, 2)
+    calls = await run_one(pool, database_url, registry, fake_llm)
+    assert len(turn_claims) == 1  # the first turn only; the second was chained
+    # The chained turn saw both results: the model's second request carries them.
+    second = fake_llm.requests[-1].json
+    assert [m["role"] for m in second["messages"]][-2:] == ["tool", "tool"]
+    assert all(c.response_message_id for c in calls)
+
+
+async def test_chaining_off_queues_every_call_and_turn(
     pool: Pool,
     database_url: str,
     registry: AgentRegistry,
     fake_llm: FakeLLM,
     tool_claims: list[int],
+    turn_claims: list[uuid.UUID],
 ) -> None:
     script(fake_llm, 2)
-    calls = await run_one(pool, database_url, registry, fake_llm, chain_tool_calls=False)
+    calls = await run_one(pool, database_url, registry, fake_llm, chaining=False)
     assert sorted(tool_claims) == sorted(c.id for c in calls)
+    assert len(turn_claims) == 2
 
 
 async def _finalize(conn: Any, loop_row: Any, own: list[uuid.UUID], worker: uuid.UUID) -> Any:
@@ -183,3 +219,100 @@ async def test_calls_of_a_cancelled_finalize_go_back_to_the_queue(pool: Pool) ->
     assert calls[1].lease_token == own[1]  # another token's lease is not touched
     assert [j["tool_call_id"] for j in queued] == [calls[0].id]
     assert queued[0]["generation"] == row.execution_token
+
+
+async def _finish(conn: Any, loop_row: Any, call: Any, worker: uuid.UUID | None) -> Any:
+    return await tool_calls.finish(
+        conn,
+        tool_call_id=call.id,
+        loop_id=loop_row.id,
+        lease_token=call.lease_token,
+        generation=loop_row.execution_token,
+        checkpoint=tool_calls.Checkpoint(
+            result="3", structured=None, is_success=True, error_message=None, duration=0.01
+        ),
+        sequential=False,
+        new_token=uuid.uuid4(),
+        status_reason="tools_resolved",
+        llm_lease_seconds=40.0,
+        tool_lease_seconds=30.0,
+        notify_llm=False,
+        notify_tool=False,
+        call_events=[],
+        attach=[],
+        chain_worker=worker,
+    )
+
+
+async def _one_call(conn: Any, **loop: Any) -> tuple[Any, Any]:
+    row = await factories.loop(conn, step_count=1, **loop)
+    call = await factories.tool_call(
+        conn, row, status="running", lease_token=uuid.uuid4(), leased_in=30
+    )
+    return row, call
+
+
+async def test_finish_claims_the_next_turn_with_its_context(pool: Pool) -> None:
+    worker = uuid.uuid4()
+    async with connection(pool) as conn:
+        row, call = await _one_call(conn)
+        done = await _finish(conn, row, call, worker)
+        assert done is not None and done.llm_jobs == 0
+        turn = done.chained
+        assert turn is not None and turn.status == "running" and turn.worker_id == worker
+        assert turn.execution_token not in (None, row.execution_token)
+        assert turn.lease_expires_at is not None and turn.lease_seconds == 40.0
+        assert await jobs.list_for_loop(conn, loop_id=row.id) == []
+        assert done.prefetch is not None
+        roles = [m.role for m in done.prefetch.messages]
+        assert roles == ["user", "assistant", "tool"]  # the result it just wrote included
+        assert [t.id for t in done.prefetch.tool_calls] == [call.id]
+        stored = await loops.get(conn, loop_id=row.id)
+        assert stored is not None and stored.execution_token == turn.execution_token
+
+
+@pytest.mark.parametrize("why", ["frozen", "concurrency_key", "no_worker"])
+async def test_finish_queues_the_turn_when_it_cannot_chain(pool: Pool, why: str) -> None:
+    async with connection(pool) as conn:
+        row, call = await _one_call(conn, frozen=why == "frozen")
+        if why == "concurrency_key":
+            await conn.execute(
+                "UPDATE loops SET concurrency_key = 'k', concurrency_limit = 1 WHERE id = $1",
+                row.id,
+            )
+        done = await _finish(conn, row, call, None if why == "no_worker" else uuid.uuid4())
+        assert done is not None and done.chained is None and done.llm_jobs == 1
+        stored = await loops.get(conn, loop_id=row.id)
+        assert stored is not None and stored.status == "queued" and stored.worker_id is None
+        [job] = await jobs.list_for_loop(conn, loop_id=row.id)
+        assert job["queue"] == "llm" and job["generation"] == stored.execution_token
+
+
+async def test_the_older_finish_signature_never_chains(pool: Pool) -> None:
+    # Code of the previous release calls the 0008 signature during a rolling upgrade.
+    from agentd.store.queries import sql
+
+    old = sql("tool_call_finish").replace(", $32::uuid)", ")")
+    async with connection(pool) as conn:
+        row, call = await _one_call(conn)
+        rec = await conn.fetchrow(
+            old, call.id, row.id, call.lease_token, row.execution_token, True, "3", None,
+            True, None, 0.01, False, uuid.uuid4(), "tools_resolved", 40.0, 30.0, False,
+            False, [], [], [], [], [], [], [], [], [], [], [], [], [], [],
+        )  # fmt: skip
+        assert rec is not None and rec["outcome"] == "ok" and rec["llm_jobs"] == 1
+        assert "chained_loop" not in rec.keys()  # noqa: SIM118 (a Record: `in` reads values)
+
+
+async def test_a_turn_claimed_by_a_cancelled_finish_goes_back_to_the_queue(pool: Pool) -> None:
+    async with connection(pool) as conn:
+        row, call = await _one_call(conn)
+        done = await _finish(conn, row, call, uuid.uuid4())
+        assert done is not None and done.chained is not None
+        token = done.chained.execution_token
+        assert token is not None
+        await loops.release_leases(conn, ids=[row.id], tokens=[token])  # what it runs
+        stored = await loops.get(conn, loop_id=row.id)
+        [job] = await jobs.list_for_loop(conn, loop_id=row.id)
+    assert stored is not None and stored.status == "queued" and stored.worker_id is None
+    assert job["queue"] == "llm" and job["generation"] == stored.execution_token

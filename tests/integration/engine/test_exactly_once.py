@@ -47,6 +47,11 @@ async def transcript(pool: Pool, loop_id: uuid.UUID) -> dict[str, Any]:
         }
 
 
+async def _no_jobs(pool: Pool, loop_id: uuid.UUID) -> bool:
+    async with connection(pool) as conn:
+        return await jobs.list_for_loop(conn, loop_id=loop_id) == []
+
+
 def assert_one_record_each(t: dict[str, Any]) -> None:
     loop = t["loop"]
     steps = [m.step for m in t["messages"] if m.role == "assistant"]
@@ -151,6 +156,9 @@ async def test_duplicate_llm_job_runs_the_turn_once(
             for _ in range(3):
                 await factories.job(conn, loop_id=loop.id, generation=loop.execution_token)
         await eventually(lambda: status_is(pool, loop.id, "completed"))
+        # The next turn may be chained (never claimed): the stale duplicates then go at the
+        # claim loop's next poll, dropped unrun.
+        await eventually(lambda: _no_jobs(pool, loop.id))
     t = await transcript(pool, loop.id)
     assert_one_record_each(t)
     assert len(fake_llm.requests) == t["loop"].step_count == 2

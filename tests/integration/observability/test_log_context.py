@@ -68,10 +68,12 @@ async def test_turn_and_tool_call_log_lines_carry_ids_and_trace_ids(
         assert line["loop_id"] == str(loop.id)
         assert line["worker"] == worker
         assert len(line["trace_id"]) == 32 and len(line["span_id"]) == 16
-    for line in (first_turn, second_turn, retry):
+    for line in (first_turn, retry):
         assert isinstance(line["job_id"], int)
-    # The call ran chained: leased by its turn's finalize to this worker, with no job.
-    assert tool_line["chained"] is True and "job_id" not in tool_line
+    # The call and the second turn ran chained: handed to this worker by the statement that
+    # made them due (the first turn's finalize, the call's finish), with no job.
+    for line in (tool_line, second_turn):
+        assert line["chained"] is True and "job_id" not in line
     assert retry["trace_id"] == first_turn["trace_id"] and retry["step"] == 1
     assert [first_turn["step"], second_turn["step"]] == [1, 2]
     assert tool_line["tool_call_id"] == call.id and tool_line["tool"] == "add"
