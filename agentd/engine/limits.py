@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING
 
 from agentd import logs
 from agentd.db.pool import connection, transaction
+from agentd.engine import deferral
 from agentd.errors import LLMError, LLMStatusError
 from agentd.llm.types import LLMRequest, Provider, Usage
 from agentd.pipeline.wire import llm_events
-from agentd.store import events, loops, providers
+from agentd.store import providers
 from agentd.store.models import NewEvent
 
 if TYPE_CHECKING:
@@ -224,46 +225,22 @@ class Gate:
         self, run_at: datetime, reason: str, *, wire: list[NewEvent] | None = None
     ) -> None:
         ctx = self.ctx
-        async with transaction(ctx.runtime.pool) as conn:
-            ok = await loops.defer_turn(
-                conn,
-                loop_id=ctx.loop.id,
-                execution_token=ctx.execution_token,
-                run_at=run_at,
-                reason=reason,
-            )
-            if not ok:
-                log.info("turn.fence_lost", loop_id=str(ctx.loop.id), while_="deferring")
-                ctx.finished = ctx.events_flushed = True
-                return
-            pending = [] if ctx.events_flushed else ctx.events
-            if wire or reason == "provider_backoff":
-                # Throttling is worth a line in the transcript; a turn waiting its turn under
-                # max_concurrency (retried every second) is not.
-                pending = [
-                    *pending,
-                    *(wire or []),
-                    NewEvent(
-                        name="turn.deferred",
-                        loop_id=ctx.loop.id,
-                        reason=reason,
-                        log=f"provider {self.key.base_url} {self.key.model} until "
-                        f"{run_at.isoformat()}",
-                    ),
-                ]
-            if pending:
-                await events.insert_many(conn, pending)
-            if ctx.loop.observed:
-                await events.publish(
-                    conn,
-                    {
-                        "type": "status",
-                        "loop_id": str(ctx.loop.id),
-                        "status": "queued",
-                        "reason": reason,
-                    },
-                )
-        ctx.finished = ctx.events_flushed = True
+        notes: list[NewEvent] = []
+        if wire or reason == "provider_backoff":
+            # Throttling is worth a line in the transcript; a turn waiting its turn under
+            # max_concurrency (retried every second) is not.
+            notes = [
+                *(wire or []),
+                NewEvent(
+                    name="turn.deferred",
+                    loop_id=ctx.loop.id,
+                    reason=reason,
+                    log=f"provider {self.key.base_url} {self.key.model} until {run_at.isoformat()}",
+                ),
+            ]
+        if not await deferral.defer_turn(ctx, run_at, reason, notes):
+            log.info("turn.fence_lost", loop_id=str(ctx.loop.id), while_="deferring")
+            return
         log.info(
             "turn.deferred",
             loop_id=str(ctx.loop.id),

@@ -32,6 +32,7 @@ import httpx
 from agentd import logs, redact
 from agentd.agent import resolve
 from agentd.db.pool import connection, transaction
+from agentd.engine import deferral
 from agentd.engine.context import TurnContext
 from agentd.errors import AgentdError, FenceLost, ToolTimeout, ToolTransportError
 from agentd.llm.types import ToolSpec
@@ -273,40 +274,14 @@ class ToolDiscovery:
                 f"{error} (still failing after {waited:.0f}s of retries; "
                 f"mcp_discovery_give_up_after={settings.mcp_discovery_give_up_after:g}s)"
             ) from exc
-        async with transaction(ctx.runtime.pool) as conn:
-            deferred = await loops.defer_turn(
-                conn,
-                loop_id=ctx.loop.id,
-                execution_token=ctx.execution_token,
-                run_at=run_at,
-                reason=MCP_UNAVAILABLE,
-            )
-            if not deferred:
-                raise FenceLost()  # paused, stopped or reaped meanwhile: write nothing
-            pending = [] if ctx.events_flushed else ctx.events
-            await events.insert_many(
-                conn,
-                [
-                    *pending,
-                    NewEvent(
-                        name="turn.deferred",
-                        loop_id=ctx.loop.id,
-                        reason=MCP_UNAVAILABLE,
-                        log=f"{error}; next attempt at {run_at.isoformat()}",
-                    ),
-                ],
-            )
-            if ctx.loop.observed:
-                await events.publish(
-                    conn,
-                    {
-                        "type": "status",
-                        "loop_id": str(ctx.loop.id),
-                        "status": "queued",
-                        "reason": MCP_UNAVAILABLE,
-                    },
-                )
-        ctx.finished = ctx.events_flushed = True
+        note = NewEvent(
+            name="turn.deferred",
+            loop_id=ctx.loop.id,
+            reason=MCP_UNAVAILABLE,
+            log=f"{error}; next attempt at {run_at.isoformat()}",
+        )
+        if not await deferral.defer_turn(ctx, run_at, MCP_UNAVAILABLE, [note]):
+            raise FenceLost()  # paused, stopped or reaped meanwhile: nothing was written
         log.warning(
             "turn.deferred",
             loop_id=str(ctx.loop.id),
