@@ -182,9 +182,11 @@ class LeaseRenewer:
                 with contextlib.suppress(Exception):
                     await workers.set_stopping(self._conn, worker_id=self.worker_id)
 
-    def _trust(self, started: float, lease: Lease) -> float:
-        # Counted from when the renewal started, not when the reply arrived.
-        return started + lease.seconds - self.settings.lease_margin / 2
+    def _trust(self, started: float, lease: Lease, remaining: float | None = None) -> float:
+        # Counted from when the renewal started, not when the reply arrived, and from what
+        # the database says is left (a lease is rewritten only once under half is left).
+        left = lease.seconds if remaining is None else min(remaining, lease.seconds)
+        return started + left - self.settings.lease_margin / 2
 
     # --- the tick ---------------------------------------------------------------------------
 
@@ -213,7 +215,7 @@ class LeaseRenewer:
                 )
                 for lease in llm:
                     if lease.key in kept:
-                        lease.trusted_until = self._trust(started, lease)
+                        lease.trusted_until = self._trust(started, lease, kept[lease.key])
                     else:
                         self._lose(lease, "token_rotated")
             if tools:
@@ -226,7 +228,7 @@ class LeaseRenewer:
                 )
                 for lease, tid in zip(tools, ids, strict=True):
                     if tid in kept_t:
-                        lease.trusted_until = self._trust(started, lease)
+                        lease.trusted_until = self._trust(started, lease, kept_t[tid])
                     else:
                         self._lose(lease, "tool_lease_revoked")
             alive = await workers.heartbeat(self._conn, worker_id=self.worker_id)

@@ -233,9 +233,13 @@ async def fenced_transition(
     return _loop(rec)
 
 
-async def renew_leases(conn: Connection, *, ids: list[UUID], tokens: list[UUID]) -> set[UUID]:
+async def renew_leases(
+    conn: Connection, *, ids: list[UUID], tokens: list[UUID]
+) -> dict[UUID, float | None]:
+    """The leases still held, each with the seconds it has left (None: no lease, the turn's
+    tool phase); a lease with less than half left was renewed for its whole length."""
     rows = await conn.fetch(sql("loop_lease_renew_many"), ids, tokens)
-    return {r["id"] for r in rows}
+    return {r["id"]: r["remaining"] for r in rows}
 
 
 async def release_leases(conn: Connection, *, ids: list[UUID], tokens: list[UUID]) -> None:

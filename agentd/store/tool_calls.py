@@ -235,9 +235,10 @@ async def release_own(conn: Connection, *, loop_id: UUID, tokens: list[UUID]) ->
 
 async def renew_leases(
     conn: Connection, *, ids: list[int], tokens: list[UUID], seconds: list[float]
-) -> set[int]:
+) -> dict[int, float | None]:
+    """The leases still held, each with the seconds it has left (renewed when under half)."""
     rows = await conn.fetch(sql("tool_call_lease_renew_many"), ids, tokens, seconds)
-    return {r["id"] for r in rows}
+    return {r["id"]: r["remaining"] for r in rows}
 
 
 async def cancel_superseded(conn: Connection, *, loop_id: UUID) -> int:

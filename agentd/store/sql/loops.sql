@@ -168,15 +168,28 @@ RETURNING *;
 
 -- name: loop_lease_renew_many :many
 -- LeaseRenewer, one statement per tick; fence: status running AND execution_token matches.
--- A turn that already finalized into its tool phase (lease cleared) is reported kept but
--- gets no lease back: the tick can land between that commit and the turn unregistering.
+-- A lease is written only once less than half of it is left (a 660 s lease every ~33
+-- ticks, not every tick: heartbeat writes stay rare and HOT); every held lease is returned
+-- with the seconds it has left. A turn that already finalized into its tool phase (lease
+-- cleared) is reported kept, with no lease: the tick can land between that commit and the
+-- turn unregistering.
 -- $1 ids uuid[] · $2 tokens uuid[]
-UPDATE loops AS l
-SET lease_expires_at = CASE WHEN l.lease_expires_at IS NULL THEN NULL
-                            ELSE now() + make_interval(secs => l.lease_seconds) END
-FROM unnest($1::uuid[], $2::uuid[]) AS r(id, token)
-WHERE l.id = r.id AND l.execution_token = r.token AND l.status = 'running'
-RETURNING l.id;
+WITH r AS (
+    SELECT l.id, l.lease_expires_at FROM loops l
+    JOIN unnest($1::uuid[], $2::uuid[]) AS x(id, token)
+      ON l.id = x.id AND l.execution_token = x.token AND l.status = 'running'
+), u AS (
+    UPDATE loops SET lease_expires_at = now() + make_interval(secs => loops.lease_seconds)
+    FROM unnest($1::uuid[], $2::uuid[]) AS x(id, token)
+    WHERE loops.id = x.id AND loops.execution_token = x.token AND loops.status = 'running'
+      AND loops.lease_expires_at IS NOT NULL
+      AND loops.lease_expires_at < now() + make_interval(secs => loops.lease_seconds / 2)
+    RETURNING loops.id, loops.lease_expires_at
+)
+SELECT r.id,
+       extract(epoch FROM coalesce(u.lease_expires_at, r.lease_expires_at) - now())::float8
+           AS remaining
+FROM r LEFT JOIN u ON u.id = r.id;
 
 -- name: loop_release_leases :exec
 -- Graceful shutdown: give this worker's unfinished turns back at once; fence: tokens match

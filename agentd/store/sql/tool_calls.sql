@@ -210,12 +210,25 @@ SELECT 'tool', 'tool_call', loop_id, id, execution_token FROM u;
 
 -- name: tool_call_lease_renew_many :many
 -- LeaseRenewer each tick: keeps live tool calls from being reclaimed; fence: lease_token.
+-- Written only once less than half of the lease is left; every held lease is returned with
+-- the seconds it has left.
 -- $1 ids bigint[] · $2 tokens uuid[] · $3 lease_seconds float[]
-UPDATE tool_calls AS tc
-SET leased_until = now() + make_interval(secs => r.secs)
-FROM unnest($1::bigint[], $2::uuid[], $3::float8[]) AS r(id, token, secs)
-WHERE tc.id = r.id AND tc.lease_token = r.token AND tc.response_message_id IS NULL
-RETURNING tc.id;
+WITH r AS (
+    SELECT tc.id, tc.leased_until FROM tool_calls tc
+    JOIN unnest($1::bigint[], $2::uuid[]) AS x(id, token)
+      ON tc.id = x.id AND tc.lease_token = x.token AND tc.response_message_id IS NULL
+), u AS (
+    UPDATE tool_calls SET leased_until = now() + make_interval(secs => x.secs)
+    FROM unnest($1::bigint[], $2::uuid[], $3::float8[]) AS x(id, token, secs)
+    WHERE tool_calls.id = x.id AND tool_calls.lease_token = x.token
+      AND tool_calls.response_message_id IS NULL
+      AND (tool_calls.leased_until IS NULL
+           OR tool_calls.leased_until < now() + make_interval(secs => x.secs / 2))
+    RETURNING tool_calls.id, tool_calls.leased_until
+)
+SELECT r.id,
+       extract(epoch FROM coalesce(u.leased_until, r.leased_until) - now())::float8 AS remaining
+FROM r LEFT JOIN u ON u.id = r.id;
 
 -- name: tool_call_cancel_superseded :val
 -- Lifecycle.regenerate under the loop lock, after message_supersede_after and with the token

@@ -23,7 +23,9 @@ async def test_renewing_a_finalized_turn_does_not_lease_its_tool_phase(pool: Poo
         )
         phase_row = await loops.get(conn, loop_id=phase.id)
         turn_row = await loops.get(conn, loop_id=turn.id)
-    assert kept == {phase.id, turn.id}  # still this generation: not a lost lease
+    assert set(kept) == {phase.id, turn.id}  # still this generation: not a lost lease
+    assert kept[phase.id] is None  # no lease in the tool phase
+    assert kept[turn.id] is not None and 11 < kept[turn.id] <= 12  # renewed: 12 s left
     assert phase_row is not None and phase_row.lease_expires_at is None
     assert turn_row is not None and turn_row.lease_expires_at is not None
     assert turn.lease_expires_at is not None
@@ -45,3 +47,44 @@ async def test_shutdown_release_leaves_a_finalized_turns_tool_phase_alone(pool: 
         left = await jobs.list_for_loop(conn, loop_id=phase.id)
     assert row is not None and row.status == "running"
     assert row.execution_token == phase.execution_token and left == []
+
+
+async def test_a_lease_with_more_than_half_left_is_reported_not_rewritten(pool: Pool) -> None:
+    # Heartbeat writes stay rare: a lease is rewritten only once under half of it is left.
+    async with transaction(pool) as conn:
+        fresh = await factories.loop(conn, status="running", lease_in=10, lease_seconds=12)
+        due = await factories.loop(conn, status="running", lease_in=5, lease_seconds=12)
+    async with connection(pool) as conn:
+        kept = await loops.renew_leases(
+            conn,
+            ids=[fresh.id, due.id, uuid.uuid4()],
+            tokens=[fresh.execution_token, due.execution_token, uuid.uuid4()],  # type: ignore[list-item]
+        )
+        fresh_row = await loops.get(conn, loop_id=fresh.id)
+        due_row = await loops.get(conn, loop_id=due.id)
+    assert set(kept) == {fresh.id, due.id}  # an unknown lease is not held
+    assert fresh_row is not None and fresh_row.lease_expires_at == fresh.lease_expires_at
+    assert kept[fresh.id] is not None and 9 < kept[fresh.id] <= 10
+    assert due_row is not None and due.lease_expires_at is not None
+    assert due_row.lease_expires_at is not None and due_row.lease_expires_at > due.lease_expires_at
+    assert kept[due.id] is not None and 11 < kept[due.id] <= 12
+
+
+async def test_tool_call_leases_are_rewritten_only_when_under_half(pool: Pool) -> None:
+    from agentd.store import tool_calls
+
+    async with transaction(pool) as conn:
+        row = await factories.loop(conn, status="running", step_count=1)
+        fresh_token, due_token = uuid.uuid4(), uuid.uuid4()
+        fresh = await factories.tool_call(conn, row, lease_token=fresh_token, leased_in=25)
+        due = await factories.tool_call(conn, row, lease_token=due_token, leased_in=10)
+    async with connection(pool) as conn:
+        kept = await tool_calls.renew_leases(
+            conn, ids=[fresh.id, due.id], tokens=[fresh_token, due_token], seconds=[30.0, 30.0]
+        )
+        rows = {c.id: c for c in await tool_calls.list_for_loop(conn, loop_id=row.id)}
+    assert rows[fresh.id].leased_until == fresh.leased_until  # 25 of 30 s left: untouched
+    assert kept[fresh.id] is not None and 24 < kept[fresh.id] <= 25
+    assert rows[due.id].leased_until is not None and due.leased_until is not None
+    assert rows[due.id].leased_until > due.leased_until  # 10 of 30 s left: renewed
+    assert kept[due.id] is not None and 29 < kept[due.id] <= 30
