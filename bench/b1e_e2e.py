@@ -25,8 +25,10 @@ async def agentd_throughput(
 ) -> dict[str, Any]:
     db = await asyncpg.connect(url)
     await db.execute("TRUNCATE jobs, loops CASCADE")
-    n = int(max(100, 25 * c))
-    await seed(url, n, agent="http", state={"llm": llm_url, "mcp": mcp_url})
+    # Enough loops that none of the c workers runs dry within warmup + window (each loop
+    # is 4 jobs: LLM, 2 tools, LLM); a drained run would understate jobs/s.
+    n = 2000
+    await seed(url, n, agent="http", state={"llm": llm_url, "mcp": mcp_url}, concurrency=8)
     settings = Settings(
         database_url=url, log_level="warning", llm_concurrency=c, tool_concurrency=c
     )
@@ -37,6 +39,8 @@ async def agentd_throughput(
         await asyncio.sleep(seconds)
         l1, dt = await db.fetchval(q), time.perf_counter() - t0
         left = await db.fetchval("SELECT count(*) FROM loops WHERE status <> 'completed'")
+        if left == 0:
+            print("  WARNING: every loop finished inside the window: jobs/s understated")
         failed = await db.fetchval("SELECT count(*) FROM loops WHERE status = 'failed'")
     await db.close()
     return {"jobs_per_s": (l1 - l0) / dt, "not_done_at_end": left, "failed": failed, "seeded": n}

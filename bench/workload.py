@@ -8,6 +8,8 @@ import asyncio
 import uuid
 from typing import Any
 
+import httpx
+
 from agentd.llm.client import LLMClient
 from agentd.llm.types import LLMRequest, Message, Provider, ToolSpec
 from agentd.mcp.config import McpServerConfig
@@ -46,9 +48,18 @@ class BareLoop:
         self.provider = Provider(base_url=llm_url, model="fake-model")
         self.config = McpServerConfig(name="fake", url=mcp_url)
         self.llm = llm or LLMClient()
+        # One pooled HTTP client for every MCP call, as an agentd engine has (service.py):
+        # without it each call opens a connection, which measures connects, not the loop.
+        self.mcp_http = httpx.AsyncClient(
+            timeout=None, limits=httpx.Limits(max_connections=500, max_keepalive_connections=100)
+        )
+
+    async def aclose(self) -> None:
+        await self.llm.aclose()
+        await self.mcp_http.aclose()
 
     async def discover(self) -> tuple[Any, list[ToolSpec]]:
-        box = await open_toolbox([self.config], CallContext())
+        box = await open_toolbox([self.config], CallContext(), http=self.mcp_http)
         specs = [
             ToolSpec(
                 name=t.name,
@@ -118,5 +129,5 @@ async def bare_throughput(
     s1, l1 = loop.steps, done["loops"]
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
-    await loop.llm.aclose()
+    await loop.aclose()
     return {"jobs_per_s": (s1 - s0) / seconds, "loops_per_s": (l1 - l0) / seconds}
