@@ -119,6 +119,15 @@ async def main_async(a: argparse.Namespace) -> None:
     logs.configure("console", "warning")
     runs = []
     async with ThrowawayDB("b3") as db:
+        c = await asyncpg.connect(db.url)
+        autovacuum = await c.fetchval("SHOW autovacuum")
+        await c.close()
+        if autovacuum != "on":
+            print(
+                "  WARNING: autovacuum is off on this server: B3 measures bloat without it"
+                " (point BENCH_DATABASE_URL at a cluster with default settings)",
+                flush=True,
+            )
         cal = Calibration(db.url, [(True, 16)], seconds=3)
         cal.run("before")
         for hold in [False, True] if a.hold else [False]:
@@ -171,7 +180,11 @@ async def main_async(a: argparse.Namespace) -> None:
         ax.set_xlabel("s")
         ax.legend(loc="upper left")
 
-    save("b3_soak", {"calibration": cal.as_json(), "runs": runs, "table": out}, chart)
+    save(
+        "b3_soak",
+        {"calibration": cal.as_json(), "autovacuum": autovacuum, "runs": runs, "table": out},
+        chart,
+    )
 
 
 def main() -> None:
