@@ -207,11 +207,14 @@ class LeaseRenewer:
             assert self._conn is not None
             llm = list(self._llm.values())
             tools = list(self._tools.values())
+            # A lease skipped now must still have time left at the next tick.
+            within = 2 * self.settings.heartbeat_interval
             if llm:
                 kept = await loops.renew_leases(
                     self._conn,
                     ids=[x.key for x in llm],  # type: ignore[misc]
                     tokens=[x.token for x in llm],
+                    renew_within=within,
                 )
                 for lease in llm:
                     if lease.key in kept:
@@ -225,6 +228,7 @@ class LeaseRenewer:
                     ids=ids,
                     tokens=[x.token for x in tools],
                     seconds=[x.seconds for x in tools],
+                    renew_within=within,
                 )
                 for lease, tid in zip(tools, ids, strict=True):
                     if tid in kept_t:

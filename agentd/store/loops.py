@@ -234,11 +234,12 @@ async def fenced_transition(
 
 
 async def renew_leases(
-    conn: Connection, *, ids: list[UUID], tokens: list[UUID]
+    conn: Connection, *, ids: list[UUID], tokens: list[UUID], renew_within: float = 0.0
 ) -> dict[UUID, float | None]:
     """The leases still held, each with the seconds it has left (None: no lease, the turn's
-    tool phase); a lease with less than half left was renewed for its whole length."""
-    rows = await conn.fetch(sql("loop_lease_renew_many"), ids, tokens)
+    tool phase); one with less than half, or less than `renew_within`, left was renewed
+    for its whole length."""
+    rows = await conn.fetch(sql("loop_lease_renew_many"), ids, tokens, renew_within)
     return {r["id"]: r["remaining"] for r in rows}
 
 

@@ -234,10 +234,16 @@ async def release_own(conn: Connection, *, loop_id: UUID, tokens: list[UUID]) ->
 
 
 async def renew_leases(
-    conn: Connection, *, ids: list[int], tokens: list[UUID], seconds: list[float]
+    conn: Connection,
+    *,
+    ids: list[int],
+    tokens: list[UUID],
+    seconds: list[float],
+    renew_within: float = 0.0,
 ) -> dict[int, float | None]:
-    """The leases still held, each with the seconds it has left (renewed when under half)."""
-    rows = await conn.fetch(sql("tool_call_lease_renew_many"), ids, tokens, seconds)
+    """The leases still held, each with the seconds it has left (renewed when under half,
+    or under `renew_within`)."""
+    rows = await conn.fetch(sql("tool_call_lease_renew_many"), ids, tokens, seconds, renew_within)
     return {r["id"]: r["remaining"] for r in rows}
 
 

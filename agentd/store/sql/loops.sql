@@ -168,12 +168,13 @@ RETURNING *;
 
 -- name: loop_lease_renew_many :many
 -- LeaseRenewer, one statement per tick; fence: status running AND execution_token matches.
--- A lease is written only once less than half of it is left (a 660 s lease every ~33
--- ticks, not every tick: heartbeat writes stay rare and HOT); every held lease is returned
+-- A lease is written only once less than half of it, or less than $3 (two heartbeat
+-- intervals, so the next tick is never too late), is left: a 660 s lease every ~33 ticks,
+-- not every tick, so heartbeat writes stay rare and HOT. Every held lease is returned
 -- with the seconds it has left. A turn that already finalized into its tool phase (lease
 -- cleared) is reported kept, with no lease: the tick can land between that commit and the
 -- turn unregistering.
--- $1 ids uuid[] · $2 tokens uuid[]
+-- $1 ids uuid[] · $2 tokens uuid[] · $3 renew_within float
 WITH r AS (
     SELECT l.id, l.lease_expires_at FROM loops l
     JOIN unnest($1::uuid[], $2::uuid[]) AS x(id, token)
@@ -183,7 +184,8 @@ WITH r AS (
     FROM unnest($1::uuid[], $2::uuid[]) AS x(id, token)
     WHERE loops.id = x.id AND loops.execution_token = x.token AND loops.status = 'running'
       AND loops.lease_expires_at IS NOT NULL
-      AND loops.lease_expires_at < now() + make_interval(secs => loops.lease_seconds / 2)
+      AND loops.lease_expires_at
+          < now() + make_interval(secs => greatest(loops.lease_seconds / 2, $3::float8))
     RETURNING loops.id, loops.lease_expires_at
 )
 SELECT r.id,

@@ -210,9 +210,9 @@ SELECT 'tool', 'tool_call', loop_id, id, execution_token FROM u;
 
 -- name: tool_call_lease_renew_many :many
 -- LeaseRenewer each tick: keeps live tool calls from being reclaimed; fence: lease_token.
--- Written only once less than half of the lease is left; every held lease is returned with
--- the seconds it has left.
--- $1 ids bigint[] · $2 tokens uuid[] · $3 lease_seconds float[]
+-- Written only once less than half of the lease, or less than $4 (two heartbeat intervals),
+-- is left; every held lease is returned with the seconds it has left.
+-- $1 ids bigint[] · $2 tokens uuid[] · $3 lease_seconds float[] · $4 renew_within float
 WITH r AS (
     SELECT tc.id, tc.leased_until FROM tool_calls tc
     JOIN unnest($1::bigint[], $2::uuid[]) AS x(id, token)
@@ -223,7 +223,8 @@ WITH r AS (
     WHERE tool_calls.id = x.id AND tool_calls.lease_token = x.token
       AND tool_calls.response_message_id IS NULL
       AND (tool_calls.leased_until IS NULL
-           OR tool_calls.leased_until < now() + make_interval(secs => x.secs / 2))
+           OR tool_calls.leased_until
+              < now() + make_interval(secs => greatest(x.secs / 2, $4::float8)))
     RETURNING tool_calls.id, tool_calls.leased_until
 )
 SELECT r.id,

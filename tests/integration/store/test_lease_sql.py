@@ -88,3 +88,18 @@ async def test_tool_call_leases_are_rewritten_only_when_under_half(pool: Pool) -
     assert rows[due.id].leased_until is not None and due.leased_until is not None
     assert rows[due.id].leased_until > due.leased_until  # 10 of 30 s left: renewed
     assert kept[due.id] is not None and 29 < kept[due.id] <= 30
+
+
+async def test_a_lease_the_next_tick_would_find_lapsed_is_renewed_now(pool: Pool) -> None:
+    # More than half left, but less than two heartbeat intervals: skipping it now could let
+    # it lapse before the next tick.
+    async with transaction(pool) as conn:
+        row = await factories.loop(conn, status="running", lease_in=20, lease_seconds=30)
+    async with connection(pool) as conn:
+        kept = await loops.renew_leases(
+            conn,
+            ids=[row.id],
+            tokens=[row.execution_token],  # type: ignore[list-item]
+            renew_within=25.0,
+        )
+    assert kept[row.id] is not None and 29 < kept[row.id] <= 30
