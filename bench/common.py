@@ -21,7 +21,10 @@ from typing import Any
 
 import asyncpg
 
-from agentd.db.pool import CachingConnection
+try:
+    from agentd.db.pool import CachingConnection
+except ImportError:  # an older agentd, for a same-run before/after (bench/README.md)
+    CachingConnection = asyncpg.Connection  # type: ignore[misc,assignment]
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -54,6 +54,8 @@ def instrument() -> None:
     # finish) have no claim: time them from the handoff.
     from agentd.engine.worker import Worker
 
+    if not hasattr(Worker, "run_leased_turn"):  # an agentd without chaining (before/after runs)
+        return
     orig_leased = Worker.run_leased_tool
 
     def run_leased_tool(self: Any, claim: Any, lease_token: Any) -> None:
