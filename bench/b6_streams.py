@@ -56,11 +56,13 @@ async def main_async(a: argparse.Namespace) -> None:
         async with ThrowawayDB("b6") as tdb:
             cal = Calibration(tdb.url, [(True, 1)], seconds=3)
             cal.run("before")
+            # Seeded with the worker's settings: a turn's first lease comes from its job.
             await seed(
                 tdb.url,
                 a.loops,
                 agent="http",
                 state={"llm": f"http://127.0.0.1:{llm.port}", "stream": True},
+                settings=Settings(log_level="warning", **json.loads(a.settings or "{}")),
             )
             db = await asyncpg.connect(tdb.url)
             overrides = {"llm_concurrency": a.loops, **json.loads(a.settings or "{}")}
