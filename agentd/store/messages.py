@@ -67,10 +67,10 @@ async def insert_tool_result(
 
 async def insert_shell(
     conn: Connection, *, loop_id: UUID, step: int, execution_token: UUID
-) -> Message:
-    return Message.from_record(
-        await conn.fetchrow(sql("message_insert_shell"), loop_id, step, execution_token)
-    )
+) -> Message | None:
+    """The streaming shell; None when the turn's fence is lost (nothing written)."""
+    rec = await conn.fetchrow(sql("message_insert_shell"), loop_id, step, execution_token)
+    return Message.from_record(rec) if rec is not None else None
 
 
 async def update_partial(

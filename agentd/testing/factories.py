@@ -140,8 +140,17 @@ async def shell(
 ) -> Message:
     """A hidden `processing` assistant shell, as a streaming turn leaves it."""
     token = execution_token or loop_row.execution_token or uuid.uuid4()
-    row = await messages.insert_shell(
-        conn, loop_id=loop_row.id, step=loop_row.step_count + 1, execution_token=token
+    # Written directly: tests need shells of any generation (orphans), which the store's
+    # fenced insert refuses.
+    row = Message.from_record(
+        await conn.fetchrow(
+            "INSERT INTO messages (loop_id, role, content, hidden, status, step,"
+            " execution_token) VALUES ($1, 'assistant', '', true, 'processing', $2, $3)"
+            " RETURNING *",
+            loop_row.id,
+            loop_row.step_count + 1,
+            token,
+        )
     )
     await messages.update_partial(
         conn, message_id=row.id, content=content, reasoning=None, execution_token=token

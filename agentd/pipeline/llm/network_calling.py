@@ -20,7 +20,7 @@ from agentd.agent import resolve
 from agentd.db.pool import transaction
 from agentd.engine import limits, prompt, tokens
 from agentd.engine.context import TurnContext
-from agentd.errors import LLMError, MaxDurationExceeded, MaxStepsExceeded
+from agentd.errors import FenceLost, LLMError, MaxDurationExceeded, MaxStepsExceeded
 from agentd.llm.types import LLMRequest, StreamDelta
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.wire import llm_events
@@ -98,6 +98,8 @@ class NetworkCalling:
                 step=ctx.loop.step_count + 1,
                 execution_token=ctx.execution_token,
             )
+        if shell is None:
+            raise FenceLost()  # reaped or rotated before the call: write nothing
         ctx.shell_message_id = shell.id
         flusher = runtime.flusher
         if flusher is not None:

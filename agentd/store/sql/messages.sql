@@ -17,10 +17,13 @@ ON CONFLICT (tool_call_id) WHERE role = 'tool' DO NOTHING
 RETURNING *;
 
 -- name: message_insert_shell :one
--- NetworkCalling before a streamed call: a hidden `processing` assistant shell.
+-- NetworkCalling before a streamed call: a hidden `processing` assistant shell; fence: the
+-- loop is running on $3 (no row: the turn was reaped or rotated, so it writes nothing —
+-- else a stale turn would leave a shell that only the reaper's orphan sweep removes).
 -- $1 loop_id uuid · $2 step int · $3 execution_token uuid
 INSERT INTO messages (loop_id, role, content, hidden, status, step, execution_token)
-VALUES ($1, 'assistant', '', true, 'processing', $2, $3)
+SELECT $1, 'assistant', '', true, 'processing', $2, $3
+FROM loops WHERE id = $1 AND execution_token = $3 AND status = 'running'
 RETURNING *;
 
 -- name: message_update_partial :exec
