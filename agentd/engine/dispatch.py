@@ -8,13 +8,17 @@ Called by: pipelines' finalizers, lifecycle, reaper.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
-from agentd.db.pool import Connection
+from agentd import logs
+from agentd.db.pool import DB_ERRORS, Connection, connection
 from agentd.engine.runtime import Runtime
 from agentd.store import jobs
 from agentd.store.models import ToolCall
+
+log = logs.get("agentd.dispatch")
 
 
 async def enqueue_llm(
@@ -70,3 +74,26 @@ def wake(runtime: Runtime, *queues: str) -> None:
     for q in queues:
         if q in runtime.consumes:
             runtime.wake_local(q)
+
+
+_handing_back: set[asyncio.Task[None]] = set()
+
+
+def hand_back(
+    runtime: Runtime, op: Callable[[Connection], Awaitable[None]], *, what: str, loop_id: uuid.UUID
+) -> None:
+    """Run `op` on a pooled connection in the background. For a finalizer cancelled after
+    its statement may have committed: what it took for this worker (chained calls, a
+    chained turn) goes back to the queue at once, though its own task is being cancelled.
+    If this fails too, the leases expire and the reaper requeues."""
+
+    async def run() -> None:
+        try:
+            async with connection(runtime.pool) as conn:
+                await op(conn)
+        except DB_ERRORS as exc:
+            log.warning("hand_back.failed", what=what, loop_id=str(loop_id), error=repr(exc))
+
+    task = asyncio.get_running_loop().create_task(run())
+    _handing_back.add(task)
+    task.add_done_callback(_handing_back.discard)

@@ -11,22 +11,17 @@ Finalizer: yes — replacing this forfeits the fences.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
-from agentd import logs
-from agentd.db.pool import DB_ERRORS, connection
+from agentd.db.pool import connection
 from agentd.engine import dispatch, tokens
 from agentd.engine.context import TurnContext
-from agentd.engine.runtime import Runtime
 from agentd.errors import FenceLost
 from agentd.observability import tracing
 from agentd.pipeline.builder import Handler
 from agentd.store import jobs, loops, tool_calls
 from agentd.store.models import NewEvent
-
-log = logs.get("agentd.turn")
 
 
 class ResponseParsing:
@@ -69,7 +64,15 @@ class ResponseParsing:
             if handoff is not None:
                 handoff.unreserve("tool", own)
                 if own:  # it may have committed before the error or cancellation reached us
-                    _release_own(runtime, ctx.loop.id, tokens_own)
+                    loop_id = ctx.loop.id
+                    dispatch.hand_back(
+                        runtime,
+                        lambda conn: tool_calls.release_own(
+                            conn, loop_id=loop_id, tokens=tokens_own
+                        ),
+                        what="chained tool calls",
+                        loop_id=loop_id,
+                    )
             raise
         if done is None:
             if handoff is not None:
@@ -135,22 +138,3 @@ class ResponseParsing:
                 own_tokens=own_tokens,
                 worker_id=runtime.worker_id,
             )
-
-
-_releasing: set[asyncio.Task[None]] = set()
-
-
-def _release_own(runtime: Runtime, loop_id: uuid.UUID, tokens: list[uuid.UUID]) -> None:
-    """Queue calls a cancelled finalize may have leased to this worker, in the background
-    (the turn's task is being cancelled); if this fails too, their leases expire."""
-
-    async def release() -> None:
-        try:
-            async with connection(runtime.pool) as conn:
-                await tool_calls.release_own(conn, loop_id=loop_id, tokens=tokens)
-        except DB_ERRORS as exc:
-            log.warning("turn.release_own_failed", loop_id=str(loop_id), error=repr(exc))
-
-    task = asyncio.get_running_loop().create_task(release())
-    _releasing.add(task)
-    task.add_done_callback(_releasing.discard)

@@ -13,22 +13,17 @@ Finalizer: yes — replacing this forfeits the fences.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import uuid
 
-from agentd import logs
-from agentd.db.pool import DB_ERRORS, connection
+from agentd.db.pool import Connection, connection
 from agentd.engine import dispatch
 from agentd.engine.context import ToolContext
-from agentd.engine.runtime import Runtime
 from agentd.engine.states import TransitionReason
 from agentd.errors import FenceLost
 from agentd.pipeline.builder import Handler
 from agentd.store import jobs, loops, tool_calls
 from agentd.store.models import NewEvent
-
-log = logs.get("agentd.tool_call")
 
 
 class ResponseCreation:
@@ -52,7 +47,12 @@ class ResponseCreation:
         except BaseException:
             if handoff is not None and slot:
                 handoff.unreserve("llm", slot)
-                _release_turn(runtime, tc.loop_id, new_token)  # in case it committed
+                dispatch.hand_back(  # in case it committed
+                    runtime,
+                    lambda conn: _release_turn(conn, tc.loop_id, new_token),
+                    what="chained turn",
+                    loop_id=tc.loop_id,
+                )
             raise
         if done is None:
             if handoff is not None:
@@ -113,22 +113,6 @@ class ResponseCreation:
             )
 
 
-_releasing: set[asyncio.Task[None]] = set()
-
-
-def _release_turn(runtime: Runtime, loop_id: uuid.UUID, token: uuid.UUID) -> None:
-    """A finish cancelled after its commit may have claimed the next turn for this worker,
-    which will not run it now: queue it again at once (in the background: this task is
-    being cancelled). If this fails too, the turn's lease expires and the reaper requeues."""
-
-    async def release() -> None:
-        try:
-            async with connection(runtime.pool) as conn:
-                await loops.release_leases(conn, ids=[loop_id], tokens=[token])
-                await jobs.notify(conn, queue="llm")
-        except DB_ERRORS as exc:
-            log.warning("tool_call.release_turn_failed", loop_id=str(loop_id), error=repr(exc))
-
-    task = asyncio.get_running_loop().create_task(release())
-    _releasing.add(task)
-    task.add_done_callback(_releasing.discard)
+async def _release_turn(conn: Connection, loop_id: uuid.UUID, token: uuid.UUID) -> None:
+    await loops.release_leases(conn, ids=[loop_id], tokens=[token])
+    await jobs.notify(conn, queue="llm")
