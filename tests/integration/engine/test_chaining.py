@@ -34,36 +34,31 @@ def script(fake: FakeLLM, n_calls: int) -> None:
     fake.add(Rule(match=lambda last: last.role == "tool", reply=Reply(content="done")))
 
 
-@pytest.fixture
-def turn_claims(monkeypatch: pytest.MonkeyPatch) -> list[uuid.UUID]:
-    """Loops whose turn the worker took through the queue (a claim)."""
-    taken: list[uuid.UUID] = []
-    real = jobs.claim_llm
+def _spy_claims(monkeypatch: pytest.MonkeyPatch, name: str, key: Any) -> list[Any]:
+    """`key` of every job the worker took through the queue with `jobs.<name>` (a claim)."""
+    taken: list[Any] = []
+    real = getattr(jobs, name)
 
     async def counting(conn: Any, **kw: Any) -> Any:
         claim = await real(conn, **kw)
-        if claim is not None and claim.loop is not None:
-            taken.append(claim.loop.id)
+        if claim is not None and key(claim) is not None:
+            taken.append(key(claim))
         return claim
 
-    monkeypatch.setattr(worker_mod.jobs, "claim_llm", counting)
+    monkeypatch.setattr(worker_mod.jobs, name, counting)
     return taken
+
+
+@pytest.fixture
+def turn_claims(monkeypatch: pytest.MonkeyPatch) -> list[uuid.UUID]:
+    """Loops whose turn the worker took through the queue."""
+    return _spy_claims(monkeypatch, "claim_llm", lambda c: c.loop and c.loop.id)
 
 
 @pytest.fixture
 def tool_claims(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Ids of the tool calls the worker took through the queue (a claim)."""
-    taken: list[int] = []
-    real = jobs.claim_tool
-
-    async def counting(conn: Any, **kw: Any) -> Any:
-        claim = await real(conn, **kw)
-        if claim is not None and claim.tool_call is not None:
-            taken.append(claim.tool_call.id)
-        return claim
-
-    monkeypatch.setattr(worker_mod.jobs, "claim_tool", counting)
-    return taken
+    """Ids of the tool calls the worker took through the queue."""
+    return _spy_claims(monkeypatch, "claim_tool", lambda c: c.tool_call and c.tool_call.id)
 
 
 async def completed(pool: Pool, loop_id: uuid.UUID) -> bool:
