@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import asyncpg
@@ -123,33 +123,34 @@ _SCHEMA_CHANGED: tuple[type[BaseException], ...] = (
 )
 
 
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and what caused it: a short chain, never looping on a cycle."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return
+        yield seen
+        seen = seen.__cause__ or seen.__context__
+
+
+def _lost(exc: BaseException) -> bool:
+    if isinstance(exc, _LOST):
+        return True
+    if isinstance(exc, asyncpg.InterfaceError) and "connection" in str(exc):
+        return True  # "the underlying connection is closed", "connection was closed"
+    # refused, reset, "unexpected connection_lost() call"
+    return isinstance(exc, OSError) and _raised_in_asyncpg(exc)
+
+
 def lost_connection(exc: BaseException) -> bool:
     """Whether `exc` (or what caused it) says the database connection was lost."""
-    seen: BaseException | None = exc
-    for _ in range(8):  # a short cause chain; never loop on a cycle
-        if seen is None:
-            return False
-        if isinstance(seen, _LOST):
-            return True
-        if isinstance(seen, asyncpg.InterfaceError) and "connection" in str(seen):
-            return True  # "the underlying connection is closed", "connection was closed"
-        if isinstance(seen, OSError) and _raised_in_asyncpg(seen):
-            return True  # refused, reset, "unexpected connection_lost() call"
-        seen = seen.__cause__ or seen.__context__
-    return False
+    return any(_lost(e) for e in _causes(exc))
 
 
 def schema_changed(exc: BaseException) -> bool:
     """Whether `exc` (or what caused it) is a cached statement outdated by a migration: the
     transaction failed before it wrote anything, and running it again will succeed."""
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            return False
-        if isinstance(seen, _SCHEMA_CHANGED):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
+    return any(isinstance(e, _SCHEMA_CHANGED) for e in _causes(exc))
 
 
 def _raised_in_asyncpg(exc: BaseException) -> bool:
