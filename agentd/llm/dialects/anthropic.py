@@ -113,7 +113,7 @@ def parse_usage(raw: Any, into: Usage | None = None) -> Usage | None:
             usage.cached_tokens = cached
         if raw.get("output_tokens") is not None:
             usage.completion_tokens = int(raw["output_tokens"])  # cumulative in message_delta
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: int(inf)
         raise LLMProtocolError("usage has non-numeric token counts") from exc
     return usage
 

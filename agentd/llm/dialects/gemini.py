@@ -79,7 +79,7 @@ def parse_usage(raw: Any) -> Usage | None:
             cached_tokens=int(raw.get("cachedContentTokenCount") or 0),
             reasoning_tokens=thoughts,
         )
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: int(inf)
         raise LLMProtocolError("usageMetadata has non-numeric token counts") from exc
 
 

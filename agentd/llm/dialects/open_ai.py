@@ -78,7 +78,7 @@ def parse_usage(raw: Any) -> Usage | None:
             if isinstance(completion_details, dict)
             else 0,
         )
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: int(inf)
         raise LLMProtocolError("usage has non-numeric token counts") from exc
 
 
