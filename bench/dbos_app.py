@@ -30,9 +30,21 @@ def bare() -> BareLoop:
     return _loop
 
 
+_box: Any = None
+
+
+async def toolbox() -> Any:
+    """One MCP session per process, opened on first use (DBOS at its best: a workflow does
+    not pay a handshake, as an agentd loop's first turn does)."""
+    global _box
+    if _box is None:
+        _box, _ = await bare().discover()
+    return _box
+
+
 @DBOS.step()
 async def discover_step() -> list[dict[str, Any]]:
-    box, _ = await bare().discover()
+    box = await toolbox()
     return [
         {
             "name": t.name,
@@ -73,11 +85,9 @@ async def llm_step(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) 
 
 @DBOS.step()
 async def tool_step(tool: dict[str, Any], args: dict[str, Any], key: str) -> str:
-    from agentd.mcp.client import McpClient
-    from agentd.mcp.config import McpServerConfig
     from agentd.mcp.port import CallContext
 
-    client = McpClient(McpServerConfig(name=tool["server"], url=bare().config.url))
+    client = (await toolbox()).clients[tool["server"]]  # the process's pooled client
     out = await client.call_tool(
         tool["remote"], args, session_id=tool["session"], context=CallContext(idempotency_key=key)
     )

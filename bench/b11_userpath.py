@@ -1,0 +1,479 @@
+"""B11: the user's path, black box. `agentd worker` and `agentd api` as separate processes
+started from the CLI, a TOML agent, loops started with `POST /v1/loops`, the model and the
+MCP server as separate processes over HTTP; beside it, in the same run and against the
+same PostgreSQL and fakes, DBOS Transact tuned at its best and the bare loop (the same
+HTTP client code, no database: the ceiling on this box).
+
+The loop is LLM → 3 parallel `add` tool calls → LLM (5 jobs). Reported per contender:
+turns/s (a "turn" = one LLM call or one tool call, i.e. one job), CPU ms per job of each
+of its processes, and PostgreSQL CPU ms per job (every `postgres` process on the machine,
+so run it on an otherwise idle box). `--profile` adds a py-spy top-20 of agentd's worker.
+
+    python -m bench.b11_userpath [--loops 2000 --seconds 15 --warmup 5 --concurrency 16]
+                                 [--agentd-only] [--profile]
+
+Each contender gets the same fresh seed of `--loops` loops, so none drains inside its
+window (a drained run is flagged).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import os
+import secrets
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import psutil
+
+from bench import workload
+from bench.common import (
+    ADMIN_URL,
+    PY,
+    RESULTS,
+    ROOT,
+    Proc,
+    ThrowawayDB,
+    admin,
+    fake_llm,
+    fake_mcp,
+    save,
+    table,
+    with_db,
+)
+
+TOOLS = 3
+AGENTD = str(Path(PY).with_name("agentd"))
+
+
+def rules() -> list[dict[str, Any]]:
+    """user → 3 parallel `add` calls; a tool result → a final answer."""
+    return [
+        {"match": {"role": "tool"}, "reply": {"content": "done"}},
+        {
+            "match": None,
+            "reply": {
+                "tool_calls": [{"name": "add", "arguments": {"a": i, "b": 2}} for i in range(TOOLS)]
+            },
+        },
+    ]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pg_cpu() -> float:
+    """CPU seconds of every PostgreSQL process on the machine (server + backends)."""
+    total = 0.0
+    for p in psutil.process_iter(["name"]):
+        if p.info["name"] in ("postgres", "postmaster"):
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+    return total
+
+
+def cpu(pid: int) -> float:
+    try:
+        t = psutil.Process(pid).cpu_times()
+        return t.user + t.system
+    except psutil.Error:
+        return 0.0
+
+
+class Window:
+    """Jobs and CPU counted between two snapshots."""
+
+    def __init__(self, count: Any, pids: dict[str, int]) -> None:
+        self.count, self.pids = count, pids
+
+    async def snap(self) -> tuple[float, int, dict[str, float], float]:
+        n = await self.count()
+        return time.perf_counter(), n, {k: cpu(p) for k, p in self.pids.items()}, pg_cpu()
+
+    async def measure(self, seconds: float, warmup: float) -> dict[str, Any]:
+        await asyncio.sleep(warmup)
+        t0, n0, c0, g0 = await self.snap()
+        await asyncio.sleep(seconds)
+        t1, n1, c1, g1 = await self.snap()
+        jobs = n1 - n0
+        per = lambda x: 1000 * x / jobs if jobs else float("nan")  # noqa: E731
+        return {
+            "jobs": jobs,
+            "turns_per_s": jobs / (t1 - t0),
+            "cpu_ms_per_job": {k: per(c1[k] - c0[k]) for k in c0},
+            "pg_cpu_ms_per_job": per(g1 - g0),
+        }
+
+
+def agentd_env(db_url: str, port: int, token: str, config: Path, c: int) -> dict[str, str]:
+    return {
+        "AGENTD_DATABASE_URL": db_url,
+        "AGENTD_API_TOKEN": token,
+        "AGENTD_PORT": str(port),
+        "AGENTD_HOST": "127.0.0.1",
+        "AGENTD_CONFIG": str(config),
+        "AGENTD_LLM_CONCURRENCY": str(c),
+        "AGENTD_TOOL_CONCURRENCY": str(c),
+        "AGENTD_LOG_FORMAT": "json",
+        "AGENTD_LOG_LEVEL": "warning",
+    }
+
+
+def toml_agent(llm_url: str, mcp_url: str) -> str:
+    return f"""
+[agents.bench]
+dialect = "open_ai"
+base_url = "{llm_url}"
+model = "fake-model"
+system_prompt = "bench"
+streaming = false
+max_steps = 100
+
+[[agents.bench.mcps]]
+name = "fake"
+url = "{mcp_url}"
+"""
+
+
+def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    out = open(log, "ab")
+    return subprocess.Popen(
+        argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT, cwd=str(ROOT)
+    )
+
+
+async def wait_http(url: str, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    async with httpx.AsyncClient() as h:
+        while time.monotonic() < end:
+            try:
+                if (await h.get(url)).status_code < 500:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"{url} did not come up")
+
+
+async def start_loops(api: str, token: str, n: int) -> float:
+    """POST /v1/loops n times (16 at a time); returns the seconds it took."""
+    t0 = time.perf_counter()
+    sem = asyncio.Semaphore(16)
+    async with httpx.AsyncClient(
+        base_url=api, headers={"Authorization": f"Bearer {token}"}, timeout=60
+    ) as h:
+
+        async def one(i: int) -> None:
+            async with sem:
+                r = await h.post("/v1/loops", json={"agent": "bench", "message": f"go {i}"})
+                r.raise_for_status()
+
+        await asyncio.gather(*(one(i) for i in range(n)))
+    return time.perf_counter() - t0
+
+
+def pyspy_top(pid: int, seconds: float, out: Path) -> list[tuple[str, float, float]]:
+    """py-spy for `seconds`; the 20 frames with the most total time (and their self time)."""
+    raw = out.with_suffix(".txt")
+    subprocess.run(
+        [
+            "py-spy",
+            "record",
+            "-p",
+            str(pid),
+            "-d",
+            str(int(seconds)),
+            "-f",
+            "raw",
+            "-o",
+            str(raw),
+            "--nonblocking",
+        ],
+        check=False,
+        capture_output=True,
+    )
+    if not raw.exists():
+        return []
+    total: collections.Counter[str] = collections.Counter()
+    own: collections.Counter[str] = collections.Counter()
+    samples = 0
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack:
+            continue
+        k = int(n)
+        samples += k
+        frames = stack.split(";")
+        for f in set(frames):
+            total[f] += k
+        own[frames[-1]] += k
+    return [
+        (f, 100 * c / samples, 100 * own[f] / samples)
+        for f, c in total.most_common(60)
+        if "<module>" not in f and "run_forever" not in f and "_run_once" not in f
+    ][:20]
+
+
+async def run_agentd(a: argparse.Namespace, llm_url: str, mcp_url: str, tag: str) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="b11-"))
+    config = work / "agentd.toml"
+    config.write_text(toml_agent(llm_url, mcp_url))
+    token = secrets.token_hex(16)
+    port = free_port()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    log = RESULTS / f"b11-{tag}.log"
+    async with ThrowawayDB("b11") as tdb:
+        env = agentd_env(tdb.url, port, token, config, a.concurrency)
+        api_url = f"http://127.0.0.1:{port}"
+        api = spawn([AGENTD, "api"], env, log)
+        try:
+            await wait_http(f"{api_url}/healthz")
+            # The worker starts after the seed so every loop waits in the queue: the window
+            # measures steady work, not the POST rate.
+            seed_s = await start_loops(api_url, token, a.loops)
+            worker = spawn([AGENTD, "worker"], env, log)
+            db = await asyncpg.connect(tdb.url)
+            try:
+                count = lambda: db.fetchval(  # noqa: E731
+                    "SELECT count(*) FROM messages WHERE role IN ('assistant','tool')"
+                )
+                win = Window(count, {"worker": worker.pid, "api": api.pid})
+                if a.profile:
+                    prof = asyncio.create_task(
+                        asyncio.to_thread(
+                            pyspy_top,
+                            worker.pid,
+                            a.seconds + a.warmup,
+                            RESULTS / f"b11-pyspy-{tag}",
+                        )
+                    )
+                res = await win.measure(a.seconds, a.warmup)
+                left = await db.fetchval(
+                    "SELECT count(*) FROM loops WHERE status NOT IN ('completed','failed','stopped')"
+                )
+                res["drained"] = left == 0
+                res["post_loops_per_s"] = a.loops / seed_s
+                if a.profile:
+                    res["pyspy_top20"] = await prof
+            finally:
+                await db.close()
+                worker.terminate()
+                worker.wait(15)
+        finally:
+            api.terminate()
+            api.wait(15)
+    return res
+
+
+async def run_dbos(a: argparse.Namespace, llm_url: str, mcp_url: str) -> dict[str, Any]:
+    name = f"bench_b11dbos_{uuid.uuid4().hex[:8]}"
+    async with admin() as adm:
+        await adm.execute(f'CREATE DATABASE "{name}"')
+    url = with_db(ADMIN_URL, name)
+    try:
+        d = Proc(
+            [
+                PY,
+                "-m",
+                "bench.dbos_app",
+                "--url",
+                url,
+                "--llm",
+                llm_url,
+                "--mcp",
+                mcp_url,
+                "--executor",
+                "T",
+                "--seed",
+                str(a.loops),
+                "--concurrency",
+                str(a.concurrency),
+            ]
+        ).start(120)
+        db = await asyncpg.connect(url)
+        try:
+            count = lambda: db.fetchval(  # noqa: E731
+                "SELECT count(*) FROM dbos.operation_outputs WHERE function_name NOT LIKE '%discover%'"
+            )
+            res = await Window(count, {"dbos": d.pid}).measure(a.seconds, a.warmup)
+            left = await db.fetchval(
+                "SELECT count(*) FROM dbos.workflow_status WHERE status IN ('ENQUEUED','PENDING')"
+            )
+            res["drained"] = left == 0
+        finally:
+            await db.close()
+            d.stop()
+    finally:
+        async with admin() as adm:
+            await adm.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return res
+
+
+async def run_bare(a: argparse.Namespace, llm_url: str, mcp_url: str) -> dict[str, Any]:
+    """The bare loop in a child process of its own (so its CPU is counted alone)."""
+    p = Proc(
+        [
+            PY,
+            "-m",
+            "bench.b11_userpath",
+            "--bare-child",
+            llm_url,
+            mcp_url,
+            "--concurrency",
+            str(a.concurrency),
+        ]
+    ).start(30)
+    counter = RESULTS / f"b11-bare-{p.pid}.count"
+
+    async def count() -> int:
+        try:
+            return int(counter.read_text() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    try:
+        res = await Window(count, {"bare": p.pid}).measure(a.seconds, a.warmup)
+    finally:
+        p.stop()
+        counter.unlink(missing_ok=True)
+    res["pg_cpu_ms_per_job"] = 0.0  # it does no database work; the figure is the idle server
+    return res
+
+
+async def bare_child(llm_url: str, mcp_url: str, c: int) -> None:
+    loop = workload.BareLoop(llm_url, mcp_url)
+    counter = RESULTS / f"b11-bare-{os.getpid()}.count"
+    print("LISTENING 0", flush=True)
+
+    async def worker() -> None:
+        while True:
+            await loop.run_one()
+
+    async def report() -> None:
+        while True:
+            counter.write_text(str(loop.steps))
+            await asyncio.sleep(0.05)
+
+    await asyncio.gather(report(), *(worker() for _ in range(c)))
+
+
+async def main_async(a: argparse.Namespace) -> None:
+    from agentd import logs
+
+    logs.configure("console", "warning")
+    llm, mcp = fake_llm(rules()), fake_mcp()
+    llm_url, mcp_url = f"http://127.0.0.1:{llm.port}", f"http://127.0.0.1:{mcp.port}/mcp"
+    out: dict[str, Any] = {"args": vars(a)}
+    try:
+        out["agentd"] = await run_agentd(a, llm_url, mcp_url, "agentd")
+        print(f"  agentd: {out['agentd']['turns_per_s']:.1f} turns/s", flush=True)
+        if not a.agentd_only:
+            out["dbos"] = await run_dbos(a, llm_url, mcp_url)
+            print(f"  DBOS:   {out['dbos']['turns_per_s']:.1f} turns/s", flush=True)
+            out["bare"] = await run_bare(a, llm_url, mcp_url)
+            print(f"  bare:   {out['bare']['turns_per_s']:.1f} turns/s", flush=True)
+    finally:
+        llm.stop()
+        mcp.stop()
+    ag = out["agentd"]
+    rows = [
+        [
+            "agentd (worker + api)",
+            ag["turns_per_s"],
+            ag["cpu_ms_per_job"]["worker"],
+            ag["cpu_ms_per_job"]["api"],
+            ag["pg_cpu_ms_per_job"],
+            ag["drained"],
+        ]
+    ]
+    if "dbos" in out:
+        d, b = out["dbos"], out["bare"]
+        rows += [
+            [
+                "DBOS (one process)",
+                d["turns_per_s"],
+                d["cpu_ms_per_job"]["dbos"],
+                "-",
+                d["pg_cpu_ms_per_job"],
+                d["drained"],
+            ],
+            [
+                "bare loop (no database)",
+                b["turns_per_s"],
+                b["cpu_ms_per_job"]["bare"],
+                "-",
+                "-",
+                "-",
+            ],
+        ]
+        out["ratios"] = {
+            "agentd_over_dbos": ag["turns_per_s"] / d["turns_per_s"],
+            "agentd_over_bare": ag["turns_per_s"] / b["turns_per_s"],
+            "worker_cpu_over_bare_cpu": ag["cpu_ms_per_job"]["worker"]
+            / b["cpu_ms_per_job"]["bare"],
+        }
+    txt = table(
+        f"B11 user path: {a.loops} loops of LLM → {TOOLS} tools → LLM, concurrency {a.concurrency}",
+        [
+            "contender",
+            "turns/s",
+            "CPU ms/job (main)",
+            "CPU ms/job (api)",
+            "PG CPU ms/job",
+            "drained",
+        ],
+        rows,
+    )
+    if "ratios" in out:
+        r = out["ratios"]
+        txt += "\n" + table(
+            "ratios, same run",
+            [
+                "agentd ÷ DBOS",
+                "agentd ÷ bare (target ≥ 0.65)",
+                "worker CPU ÷ bare CPU (target ≤ 1.7)",
+            ],
+            [[r["agentd_over_dbos"], r["agentd_over_bare"], r["worker_cpu_over_bare_cpu"]]],
+        )
+    if ag.get("pyspy_top20"):
+        txt += "\n" + table(
+            "py-spy, agentd worker: top 20 by total %",
+            ["frame", "total %", "self %"],
+            [list(x) for x in ag["pyspy_top20"]],
+        )
+    save("b11_userpath", {**out, "table": txt})
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--loops", type=int, default=2000)
+    p.add_argument("--seconds", type=float, default=15)
+    p.add_argument("--warmup", type=float, default=5)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--agentd-only", action="store_true")
+    p.add_argument("--profile", action="store_true")
+    p.add_argument("--bare-child", nargs=2, metavar=("LLM", "MCP"))
+    a = p.parse_args()
+    if a.bare_child:
+        asyncio.run(bare_child(*a.bare_child, a.concurrency))
+    else:
+        asyncio.run(main_async(a))
+
+
+if __name__ == "__main__":
+    main()
