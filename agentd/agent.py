@@ -17,6 +17,7 @@ from uuid import UUID
 from agentd.llm.types import Provider
 
 if TYPE_CHECKING:
+    from agentd.engine.context import ToolContext, TurnContext
     from agentd.pipeline.builder import Builder
 
 T = TypeVar("T")
@@ -124,11 +125,11 @@ class Agent:
         return list(self.mcps)
 
     @classmethod
-    def configure_llm_middlewares(cls, builder: Builder) -> None:
+    def configure_llm_middlewares(cls, builder: Builder[TurnContext]) -> None:
         """Edit this agent's LLM turn pipeline (insert_before/after, replace, delete, use)."""
 
     @classmethod
-    def configure_tool_middlewares(cls, builder: Builder) -> None:
+    def configure_tool_middlewares(cls, builder: Builder[ToolContext]) -> None:
         """Edit this agent's tool call pipeline."""
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
@@ -18,8 +19,9 @@ _LEVELS = {
 }
 
 
-def _scrub(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
-    return redact.scrub(event)
+def _scrub(_: Any, __: str, event: MutableMapping[str, Any]) -> dict[str, Any]:
+    scrubbed: dict[str, Any] = redact.scrub(event)
+    return scrubbed
 
 
 def configure(fmt: str = "auto", level: str = "info") -> None:

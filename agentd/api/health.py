@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from agentd.db import migrate
-from agentd.db.pool import DB_ERRORS, connection
+from agentd.db.pool import DB_ERRORS_OR_TIMEOUT, connection
 from agentd.store import workers
 
 router = APIRouter(tags=["health"])
@@ -42,7 +42,7 @@ async def readyz(request: Request) -> JSONResponse:
             ready = ready and current
             missing = await unconsumed_queues(state.pool)
             checks["unconsumed_queues"] = missing
-    except (*DB_ERRORS, TimeoutError) as exc:
+    except DB_ERRORS_OR_TIMEOUT as exc:
         checks["database"] = f"unreachable: {type(exc).__name__}"
         ready = False
     engine = state.engine

@@ -6,12 +6,12 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any
+from typing import Any, TypeAlias
 
 import asyncpg
 
-Pool = asyncpg.Pool
-Connection = asyncpg.Connection
+Pool: TypeAlias = asyncpg.Pool
+Connection: TypeAlias = asyncpg.Connection
 
 
 class CachingConnection(asyncpg.Connection):  # type: ignore[misc]
@@ -106,6 +106,8 @@ DB_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.InterfaceError,
     asyncpg.InternalClientError,
 )
+#: The same, or a statement that timed out waiting on it.
+DB_ERRORS_OR_TIMEOUT: tuple[type[BaseException], ...] = (*DB_ERRORS, TimeoutError)
 
 #: The database went away (server restart, failover, a pooler or an admin killing the
 #: backend): not a bad query. Work interrupted by one of these is re-run through its lease.
@@ -175,7 +177,7 @@ async def until_reachable(
             async with asyncio.timeout(10):
                 await op()
             return None
-        except (*DB_ERRORS, TimeoutError) as exc:
+        except DB_ERRORS_OR_TIMEOUT as exc:
             last = exc
         await asyncio.sleep(delay)  # backoff while the server is away
         delay = min(delay * 2, max_delay)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from collections.abc import Iterator
 from typing import Any
 
 from fastapi import FastAPI
@@ -53,7 +54,7 @@ class ProbeServer:
 
         class Server(uvicorn.Server):
             @contextlib.contextmanager
-            def capture_signals(self):  # type: ignore[no-untyped-def,override]
+            def capture_signals(self) -> Iterator[None]:
                 yield
 
             async def startup(self, sockets: Any = None) -> None:

@@ -39,7 +39,7 @@ class _Row:
     @classmethod
     def from_record(cls, rec: Any) -> Self:
         names, _ = cls._fields()
-        return cls(**{k: rec[k] for k in names.intersection(rec.keys())})  # type: ignore[call-arg]
+        return cls(**{k: rec[k] for k in names.intersection(rec.keys())})
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> Self:
@@ -56,7 +56,7 @@ class _Row:
                 elif is_float and isinstance(v, int):
                     v = float(v)
             out[name] = v
-        return cls(**out)  # type: ignore[call-arg]
+        return cls(**out)
 
 
 @dataclass(frozen=True)
