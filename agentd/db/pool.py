@@ -14,7 +14,7 @@ Pool: TypeAlias = asyncpg.Pool
 Connection: TypeAlias = asyncpg.Connection
 
 
-class CachingConnection(asyncpg.Connection):  # type: ignore[misc]
+class CachingConnection(asyncpg.Connection):
     """Caches prepared statements only for statements run outside a transaction.
 
     A migration that adds a column outdates a cached `SELECT *` statement. Outside a

@@ -92,7 +92,7 @@ async def server_url(tmp_dir: Path) -> AsyncIterator[str]:
         yield configured
         return
     if os.environ.get("AGENTD_TEST_BACKEND") == "docker":
-        from testcontainers.postgres import PostgresContainer  # type: ignore[import-not-found]
+        from testcontainers.postgres import PostgresContainer
 
         image = os.environ.get("AGENTD_TEST_POSTGRES_IMAGE", "postgres:16")
         with PostgresContainer(image, driver=None) as pg:

@@ -595,7 +595,7 @@ class FakeLLM:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._tasks.add(task)  # type: ignore[arg-type]
+        self._tasks.add(task)
         sock = writer.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -606,7 +606,7 @@ class FakeLLM:
         except (_ClientGone, ConnectionError, h11.ProtocolError, asyncio.CancelledError):
             pass  # cancelled only by stop(): end quietly
         finally:
-            self._tasks.discard(task)  # type: ignore[arg-type]
+            self._tasks.discard(task)
             if conn.eof is not None:
                 conn.eof.cancel()
             writer.close()
