@@ -159,8 +159,13 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         engine = Engine(
             settings=settings, pool=pool, registry=registry, url=url, queues=["maintenance"]
         )
-        server = _Server(_app(settings, pool, url, registry, engine, token), settings)
-        tasks = [asyncio.create_task(engine.run(stop)), asyncio.create_task(server.serve(stop))]
+        server = _Server(settings)
+        stack.callback(server.close)
+        app = _app(settings, pool, url, registry, engine, token)
+        tasks = [
+            asyncio.create_task(engine.run(stop)),
+            asyncio.create_task(server.serve(app, stop)),
+        ]
         base = f"http://{settings.host}:{settings.port}"
         out.line(f"  API       {base}/v1   token: {token}")
         out.line(f"  admin UI  {base}/admin   (log in with the token)")
