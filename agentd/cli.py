@@ -272,7 +272,9 @@ async def _database(settings: Settings, *, migrate_first: bool) -> AsyncIterator
 def _registry(settings: Settings) -> Any:
     from agentd.registry import build_registry
 
-    return build_registry(settings.agents)
+    registry = build_registry(settings.agents)
+    registry.warn_missing_keys()
+    return registry
 
 
 def _token(settings: Settings) -> str:
