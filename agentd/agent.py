@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from uuid import UUID
 
+from agentd.errors import ConfigError
 from agentd.llm.types import Provider
 
 if TYPE_CHECKING:
@@ -111,7 +112,14 @@ class Agent:
         """Where to send this loop's turns. Override for per-loop endpoints or vaults."""
         token = self.api_token
         if token is None and self.api_key_env:
-            token = os.environ.get(self.api_key_env)
+            token = os.environ.get(self.api_key_env) or None
+            if token is None:
+                # Sent without its key, the request would fail as a bare 401 (or pass a
+                # proxy unauthenticated): fail the turn naming what to set instead.
+                raise ConfigError(
+                    f"agent {self.name!r}: environment variable {self.api_key_env} "
+                    "(its api_key_env) is not set in the worker's environment"
+                )
         return Provider(
             base_url=self.base_url,
             model=self.model,

@@ -5,32 +5,130 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import secrets
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from agentd import __about__, logs
-from agentd.errors import AgentdError, ConfigError
+from agentd.errors import (
+    AddressInUse,
+    AgentdError,
+    ConfigError,
+    DatabaseMissing,
+    DatabaseUnavailable,
+)
 from agentd.settings import QUEUES, Settings, load_settings
 
 log = logs.get("agentd.cli")
 
 
+#: Exit codes (documented in docs/operations.md); a supervisor can tell them apart.
+EXIT_OK = 0
+EXIT_FAILURE = 1  # any other agentd error (the message says which)
+EXIT_CONFIG = 2  # bad usage, invalid settings or config file, malformed database URL
+EXIT_DB_UNREACHABLE = 3  # still unreachable after AGENTD_DATABASE_WAIT seconds
+EXIT_DB_MISSING = 4  # the database does not exist, or rejected the role or password
+EXIT_ADDRESS_IN_USE = 5  # the API (or probe) port is taken
+EXIT_INTERRUPTED = 130
+
+_SERVE_EPILOG = (
+    "The database is awaited at startup with back-off for up to AGENTD_DATABASE_WAIT "
+    "seconds (default 30). Exit codes: 0 ok, 1 failure, 2 configuration, 3 database "
+    "unreachable, 4 database missing or login rejected, 5 port in use."
+)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="agentd", description="Durable AI agent loops on PostgreSQL.")
+    # --config is accepted before and after the subcommand (`agentd up --config x.toml`);
+    # SUPPRESS keeps a subcommand's absent option from overwriting the global one.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help="TOML config file with [agents.*] etc. (also AGENTD_CONFIG)",
+    )
+    p = argparse.ArgumentParser(
+        prog="agentd",
+        description="Durable AI agent loops on PostgreSQL.",
+        parents=[common],
+        epilog="Run `agentd COMMAND --help` for a command's options. "
+        "Settings come from AGENTD_* environment variables (docs/configuration.md).",
+    )
     p.add_argument("--version", action="version", version=f"agentd {__about__.__version__}")
-    p.add_argument("--config", help="TOML config file (also AGENTD_CONFIG)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    sub.add_parser("up", help="migrate, then serve the API and run a worker with maintenance")
-    w = sub.add_parser("worker", help="run a worker only (scale out: many against one database)")
-    w.add_argument("--queues", help=f"comma-separated subset of {','.join(QUEUES)}")
-    sub.add_parser("api", help="serve the control plane only")
-    sub.add_parser("migrate", help="apply pending migrations and exit")
-    sub.add_parser("reap", help="run one reaper sweep and exit")
-    sub.add_parser("prune", help="run one retention sweep and exit")
-    d = sub.add_parser("demo", help="zero-setup demo: embedded Postgres, fake LLM, example agent")
+
+    def command(name: str, summary: str, description: str, *, serve: bool = False) -> Any:
+        return sub.add_parser(
+            name,
+            help=summary,
+            description=description,
+            parents=[common],
+            epilog=_SERVE_EPILOG if serve else None,
+        )
+
+    up = command(
+        "up",
+        "migrate, then serve the API and run a worker with maintenance",
+        "Apply pending migrations, then serve the REST API, admin UI and metrics and run a "
+        "worker for every queue (llm, tool, maintenance) in one process. Without "
+        "AGENTD_DATABASE_URL an embedded PostgreSQL is started in AGENTD_DATA_DIR.",
+        serve=True,
+    )
+    w = command(
+        "worker",
+        "run a worker only (scale out: many against one database)",
+        "Claim and run turns from the database; start as many as you like against one "
+        "database. Refuses to start while migrations are pending.",
+        serve=True,
+    )
+    w.add_argument("--queues", help=f"comma-separated subset of {','.join(QUEUES)} (default: all)")
+    api = command(
+        "api",
+        "serve the control plane only",
+        "Serve the REST API, admin UI and metrics without running turns. Refuses to start "
+        "while migrations are pending.",
+        serve=True,
+    )
+    for cmd in (up, api):
+        cmd.add_argument("--host", help="bind address (AGENTD_HOST, default 127.0.0.1)")
+        cmd.add_argument("--port", type=int, help="port (AGENTD_PORT, default 8080)")
+    for cmd in (up, w, api):
+        cmd.add_argument(
+            "--database-wait",
+            type=float,
+            metavar="SECONDS",
+            help="wait this long for the database at startup (AGENTD_DATABASE_WAIT, default 30)",
+        )
+    command(
+        "migrate",
+        "apply pending migrations and exit",
+        "Apply pending migrations and exit. Safe to run from many processes at once.",
+        serve=True,
+    )
+    command(
+        "reap",
+        "run one reaper sweep and exit",
+        "Heal stuck loops once (expired leases, stalled tool calls, lost jobs) and exit.",
+        serve=True,
+    )
+    command(
+        "prune",
+        "run one retention sweep and exit",
+        "Delete events and inbound MCP sessions older than their retention, then exit.",
+        serve=True,
+    )
+    d = command(
+        "demo",
+        "zero-setup demo: embedded Postgres, fake LLM, example agent",
+        "Run a travel-planning agent end to end on an embedded PostgreSQL of its own "
+        "(a temporary directory, removed afterwards) and a scripted fake model: parallel "
+        "tool calls, an approval, a worker killed with SIGKILL mid-tool and recovered.",
+    )
     d.add_argument("--llm-base-url", help="run against a real OpenAI-compatible endpoint")
     d.add_argument("--model", help="model name for --llm-base-url")
     d.add_argument("--no-crash", action="store_true", help="skip the worker-kill demonstration")
@@ -40,22 +138,39 @@ def _parser() -> argparse.ArgumentParser:
         help="exit when the loop finishes (default in a terminal: keep the API and "
         "admin UI up until Ctrl-C)",
     )
+    f = command(
+        "fake-llm",
+        "serve the offline scripted model (no API key needed)",
+        "Serve a scripted fake LLM that speaks the open_ai, anthropic and gemini dialects, "
+        "streaming or not, with no API key. Point an agent's base_url at it. Default "
+        "script: a user message is echoed back ('echo: ...'); a message '/call NAME {json}' "
+        "gets a call of tool NAME with those arguments, and the tool's result is reported.",
+    )
+    f.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    f.add_argument("--port", type=int, default=9000, help="port (default 9000; 0: any free)")
+    f.add_argument("--rules", metavar="FILE", help="JSON list of rules instead of the default")
     return p
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     if not args.command:
-        _parser().print_help()
-        sys.exit(2)
+        parser.print_help()
+        sys.exit(EXIT_CONFIG)
+    if args.command == "fake-llm":  # needs no settings, database or logs
+        from agentd.testing import fake_llm
+
+        sys.exit(fake_llm.serve_command(args))
     try:
         overrides: dict[str, Any] = {}
-        if getattr(args, "queues", None):
-            overrides["queues"] = args.queues
-        settings = load_settings(args.config, **overrides)
+        for key in ("queues", "host", "port", "database_wait"):
+            if getattr(args, key, None) is not None:
+                overrides[key] = getattr(args, key)
+        settings = load_settings(getattr(args, "config", None), **overrides)
     except (ConfigError, ValueError) as exc:
         print(f"agentd: {exc}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_CONFIG)
     logs.configure(settings.log_format, settings.log_level)
     from agentd.observability import tracing
 
@@ -71,15 +186,39 @@ def main(argv: list[str] | None = None) -> None:
     }
     try:
         code = asyncio.run(commands[args.command](settings, args))
-    except ConfigError as exc:
-        print(f"agentd: {exc}", file=sys.stderr)
-        code = 2
-    except AgentdError as exc:
-        print(f"agentd: {exc}", file=sys.stderr)
-        code = 1
     except KeyboardInterrupt:
-        code = 130
+        code = EXIT_INTERRUPTED
+    except BaseException as exc:
+        known = _operational(exc)
+        if known is None:
+            raise  # a bug: keep the traceback
+        print(f"agentd: {known}", file=sys.stderr)
+        code = _exit_code(known)
     sys.exit(code)
+
+
+def _operational(exc: BaseException) -> AgentdError | None:
+    """The agentd error behind `exc`, looking inside task groups; None for anything else."""
+    if isinstance(exc, AgentdError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _operational(inner)
+            if found is not None:
+                return found
+    return None
+
+
+def _exit_code(exc: AgentdError) -> int:
+    if isinstance(exc, DatabaseMissing):
+        return EXIT_DB_MISSING
+    if isinstance(exc, DatabaseUnavailable):
+        return EXIT_DB_UNREACHABLE
+    if isinstance(exc, AddressInUse):
+        return EXIT_ADDRESS_IN_USE
+    if isinstance(exc, ConfigError):
+        return EXIT_CONFIG
+    return EXIT_FAILURE
 
 
 # --- plumbing ---------------------------------------------------------------------------
@@ -94,12 +233,23 @@ def _stop_on_signals() -> asyncio.Event:
 
 
 @contextlib.asynccontextmanager
+async def _database_url(settings: Settings) -> AsyncIterator[str]:
+    """The configured URL once it accepts connections, or an embedded server's."""
+    from agentd.db import embedded, wait
+
+    async with embedded.database_url(settings.database_url, settings.data_dir) as url:
+        if settings.database_url:
+            for target in dict.fromkeys([url, settings.database_direct_url or url]):
+                await wait.wait_until_reachable(target, limit=settings.database_wait)
+        yield url
+
+
+@contextlib.asynccontextmanager
 async def _database(settings: Settings, *, migrate_first: bool) -> AsyncIterator[tuple[Any, str]]:
-    from agentd.db import embedded
     from agentd.db import migrate as migrations
     from agentd.db import pool as dbpool
 
-    async with embedded.database_url(settings.database_url, settings.data_dir) as url:
+    async with _database_url(settings) as url:
         direct = settings.database_direct_url or url
         if migrate_first:
             conn = await dbpool.connect(direct, application_name="agentd-migrate")
@@ -122,7 +272,9 @@ async def _database(settings: Settings, *, migrate_first: bool) -> AsyncIterator
 def _registry(settings: Settings) -> Any:
     from agentd.registry import build_registry
 
-    return build_registry(settings.agents)
+    registry = build_registry(settings.agents)
+    registry.warn_missing_keys()
+    return registry
 
 
 def _token(settings: Settings) -> str:
@@ -134,10 +286,31 @@ def _token(settings: Settings) -> str:
     return token
 
 
-class _Server:
-    """uvicorn in our event loop, with our signal handling (not uvicorn's)."""
+def _bind(host: str, port: int) -> socket.socket:
+    """Take the listening socket before anything else starts, so a taken port is one
+    clear error at once (not a traceback after the database is up)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise AddressInUse(
+                f"cannot listen on {host}:{port}: the address is in use "
+                "(another agentd? set AGENTD_PORT or --port)"
+            ) from None
+        raise AddressInUse(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
-    def __init__(self, app: Any, settings: Settings) -> None:
+
+class _Server:
+    """uvicorn in our event loop, with our signal handling (not uvicorn's), on a socket
+    bound when this is created."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.socket = _bind(settings.host, settings.port)
+        self.port = int(self.socket.getsockname()[1])
+        self.settings = settings
+
+    async def serve(self, app: Any, stop: asyncio.Event) -> None:
         import uvicorn
 
         class Server(uvicorn.Server):
@@ -147,25 +320,26 @@ class _Server:
 
         config = uvicorn.Config(
             app,
-            host=settings.host,
-            port=settings.port,
+            host=self.settings.host,
+            port=self.port,
             log_config=None,
             access_log=False,
             lifespan="off",
             limit_concurrency=None,
             timeout_graceful_shutdown=5,
         )
-        self.server = Server(config)
-
-    async def serve(self, stop: asyncio.Event) -> None:
-        task = asyncio.create_task(self.server.serve())
+        server = Server(config)
+        task = asyncio.create_task(server.serve(sockets=[self.socket]))
         stopper = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        self.server.should_exit = True
+        server.should_exit = True
         stopper.cancel()
         await task
         if task in done and not stop.is_set():
-            raise AgentdError("the HTTP server stopped unexpectedly (is the port in use?)")
+            raise AgentdError("the HTTP server stopped unexpectedly")
+
+    def close(self) -> None:
+        self.socket.close()
 
 
 def _app(settings: Settings, pool: Any, url: str, registry: Any, engine: Any, token: str) -> Any:
@@ -191,16 +365,20 @@ async def _up(settings: Settings, args: argparse.Namespace) -> int:
 
     stop = _stop_on_signals()
     registry = _registry(settings)
-    token = _token(settings)
-    async with _database(settings, migrate_first=True) as (pool, url):
-        engine = Engine(
-            settings=settings, pool=pool, registry=registry, url=url, queues=list(QUEUES)
-        )
-        server = _Server(_app(settings, pool, url, registry, engine, token), settings)
-        log.info("agentd.up", host=settings.host, port=settings.port, agents=registry.names())
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(engine.run(stop), name="engine")
-            tg.create_task(server.serve(stop), name="http")
+    server = _Server(settings)
+    try:
+        async with _database(settings, migrate_first=True) as (pool, url):
+            token = _token(settings)
+            engine = Engine(
+                settings=settings, pool=pool, registry=registry, url=url, queues=list(QUEUES)
+            )
+            app = _app(settings, pool, url, registry, engine, token)
+            log.info("agentd.up", host=settings.host, port=server.port, agents=registry.names())
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(engine.run(stop), name="engine")
+                tg.create_task(server.serve(app, stop), name="http")
+    finally:
+        server.close()
     return 0
 
 
@@ -240,10 +418,14 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
 async def _api(settings: Settings, args: argparse.Namespace) -> int:
     stop = _stop_on_signals()
     registry = _registry(settings)
-    token = _token(settings)
-    async with _database(settings, migrate_first=False) as (pool, url):
-        await _require_current(pool)
-        await _Server(_app(settings, pool, url, registry, None, token), settings).serve(stop)
+    server = _Server(settings)
+    try:
+        async with _database(settings, migrate_first=False) as (pool, url):
+            await _require_current(pool)
+            token = _token(settings)
+            await server.serve(_app(settings, pool, url, registry, None, token), stop)
+    finally:
+        server.close()
     return 0
 
 
@@ -259,11 +441,10 @@ async def _require_current(pool: Any) -> None:
 
 
 async def _migrate(settings: Settings, args: argparse.Namespace) -> int:
-    from agentd.db import embedded
     from agentd.db import migrate as migrations
     from agentd.db import pool as dbpool
 
-    async with embedded.database_url(settings.database_url, settings.data_dir) as url:
+    async with _database_url(settings) as url:
         conn = await dbpool.connect(settings.database_direct_url or url)
         try:
             applied = await migrations.apply(conn)

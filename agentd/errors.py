@@ -18,6 +18,8 @@ AgentdError
   ToolError
     ToolTransportError (McpError) · ToolArgumentsInvalid · ToolTimeout · UnknownTool
   DatabaseUnavailable
+    DatabaseMissing
+  AddressInUse
 FenceLost   control flow, not failure: a stale generation lost its fence
 ```
 
@@ -215,6 +217,14 @@ class DatabaseUnavailable(AgentdError):
 
     problem_type = "database-unavailable"
     status = 503
+
+
+class DatabaseMissing(DatabaseUnavailable):
+    """The database does not exist, or the server rejected the role or password."""
+
+
+class AddressInUse(AgentdError):
+    """The address the server should listen on is taken by another process."""
 
 
 class FenceLost(Exception):

@@ -190,6 +190,26 @@ class AgentRegistry:
         for name, raw in agents.items():
             self.register(name, agent_from_config(name, raw), source="config file")
 
+    def warn_missing_keys(self) -> list[str]:
+        """Log one warning per agent whose `api_key_env` names an unset variable (its
+        turns will fail until it is set); return those agent names."""
+        missing = []
+        for name in self.names():
+            cls = self._agents[name]
+            env = getattr(cls, "api_key_env", None)
+            token = getattr(cls, "api_token", None)
+            if not isinstance(env, str) or not env or (isinstance(token, str) and token):
+                continue  # no key named, a literal token, or a property resolved per loop
+            if not os.environ.get(env):
+                log.warning(
+                    "agent.api_key_missing",
+                    agent=name,
+                    variable=env,
+                    hint=f"set {env}; until then this agent's turns fail",
+                )
+                missing.append(name)
+        return missing
+
     def names(self) -> list[str]:
         return sorted(self._agents)
 

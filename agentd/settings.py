@@ -65,6 +65,12 @@ class Settings(BaseSettings):
         "when database_url points at a transaction-mode pooler.",
     )
     data_dir: Path = Field(default_factory=_default_data_dir, description="Embedded data dir.")
+    database_wait: float = Field(
+        30.0,
+        ge=0,
+        description="Seconds to wait at startup for the database to accept connections "
+        "(retried with back-off; containers start in any order). 0: try once.",
+    )
     db_pool_min: int = Field(1, ge=0, description="Minimum pooled connections.")
     db_pool_max: int = Field(10, ge=1, description="Maximum pooled connections.")
     db_statement_cache_size: int | None = Field(

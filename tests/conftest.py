@@ -65,3 +65,44 @@ def _no_agentd_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith("AGENTD_") and not key.startswith("AGENTD_TEST_"):
             monkeypatch.delenv(key, raising=False)
+
+
+#: Test files marked `slow` here, by what they are (see "Run the tests" in README.md): the
+#: README's `pytest` deselects them (pyproject addopts), `.ci/run` runs them as a second
+#: invocation (`pytest -m slow`). A file may also mark single tests `slow` itself.
+SLOW_FILES = {
+    # crash, chaos and soak runs of real agentd processes (SIGKILL, outages, fleets)
+    "acceptance/test_chaos.py",
+    "acceptance/test_compaction_crash.py",
+    "acceptance/test_crash_race.py",
+    "acceptance/test_crash_recovery.py",
+    "acceptance/test_db_outage.py",
+    "acceptance/test_fleet_processes.py",
+    "acceptance/test_pgbouncer.py",
+    "acceptance/test_rolling_upgrade.py",
+    "acceptance/test_scale_out.py",
+    "acceptance/test_embedded_and_demo.py",
+    # a real browser against the admin UI
+    "browser/test_admin_e2e.py",
+    # property-based fuzzing with hundreds of generated inputs per test
+    "unit/hostile/test_hostile_llm_parsers.py",
+    "unit/hostile/test_hostile_tool_results.py",
+    "integration/hostile/test_hostile_api.py",
+    "integration/api/test_schemathesis.py",
+    # third-party MCP peers (npm, the official conformance suite)
+    "integration/mcp/test_interop.py",
+    "integration/mcp_server/test_mcp_server_peers.py",
+    "conformance/test_official_conformance_suite.py",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    root = Path(__file__).parent
+    for item in items:
+        try:
+            rel = item.path.relative_to(root).as_posix()
+        except ValueError:
+            continue
+        if rel in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)

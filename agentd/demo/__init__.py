@@ -1,10 +1,12 @@
 """`agentd demo`: a durable agent loop from nothing, in under a minute.
 
-Starts an embedded PostgreSQL (unless AGENTD_DATABASE_URL is set), a scripted fake model
-(or a real OpenAI-compatible endpoint with --llm-base-url/--model), the API, and a worker
-process; runs a travel-planning agent with parallel tool calls and one approval; kills the
-worker with SIGKILL in the middle of a tool call and starts another, which picks the work
-up; prints the transcript as it streams.
+Starts an embedded PostgreSQL of its own (in `<data_dir>/demo`, apart from the one `agentd
+up` uses; or AGENTD_DATABASE_URL when set), a scripted fake model (or a real
+OpenAI-compatible endpoint with --llm-base-url/--model), the API, and a worker process;
+runs a travel-planning agent with parallel tool calls and one approval; kills the worker
+with SIGKILL in the middle of a tool call and starts another, which picks the work up;
+prints the transcript as it streams, and the times it measured. Its scratch directory (the
+worker's config and log) is removed on exit.
 """
 
 from __future__ import annotations
@@ -124,18 +126,20 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         out.line("agentd demo: --llm-base-url needs --model too")
         return 2
     fake = None if real else FakeLLM()
-    workdir = Path(tempfile.mkdtemp(prefix="agentd-demo-"))
-    config = workdir / "agents.toml"
-    config.write_text(f'[agents.{AGENT}]\nclass = "agentd.demo.agent:TripAgent"\n')
-    worker_log = workdir / "worker.log"
     registry = build_registry(settings.agents)
     if AGENT not in registry:
         registry.register(AGENT, TripAgent)
     token = (
         settings.api_token.get_secret_value() if settings.api_token else secrets.token_urlsafe(18)
     )
+    # Its own embedded server: the demo's loops never mix with `agentd up`'s database.
+    settings = settings.model_copy(update={"data_dir": settings.data_dir / "demo"})
     t_db = time.monotonic()
     async with contextlib.AsyncExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="agentd-demo-")))
+        config = workdir / "agents.toml"
+        config.write_text(f'[agents.{AGENT}]\nclass = "agentd.demo.agent:TripAgent"\n')
+        worker_log = workdir / "worker.log"
         pool, url = await stack.enter_async_context(_database(settings, migrate_first=True))
         where = (
             "embedded PostgreSQL in " + str(settings.data_dir)
@@ -159,12 +163,17 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         engine = Engine(
             settings=settings, pool=pool, registry=registry, url=url, queues=["maintenance"]
         )
-        server = _Server(_app(settings, pool, url, registry, engine, token), settings)
-        tasks = [asyncio.create_task(engine.run(stop)), asyncio.create_task(server.serve(stop))]
+        server = _Server(settings)
+        stack.callback(server.close)
+        app = _app(settings, pool, url, registry, engine, token)
+        tasks = [
+            asyncio.create_task(engine.run(stop)),
+            asyncio.create_task(server.serve(app, stop)),
+        ]
         base = f"http://{settings.host}:{settings.port}"
         out.line(f"  API       {base}/v1   token: {token}")
         out.line(f"  admin UI  {base}/admin   (log in with the token)")
-        out.line(f"  worker    pid {worker.pid} (log: {worker_log})")
+        out.line(f"  worker    pid {worker.pid}")
         out.line()
 
         events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -181,6 +190,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             agent=AGENT, message=TASK, state=state, observe=True, subject="demo-user"
         )
         out.line(f"user > {TASK}")
+        loop_started = time.monotonic()
         killed_at: float | None = None
         recovered_at: float | None = None
         approvals = 0
@@ -254,7 +264,8 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                     out.line()
                     n_msgs = len([m for m in msgs if m.role == "assistant"])
                     out.line(
-                        f"done in {time.monotonic() - started:.1f}s: {row.step_count} "
+                        f"done in {time.monotonic() - started:.1f}s (the loop itself "
+                        f"{time.monotonic() - loop_started:.1f}s): {row.step_count} "
                         f"turns, {n_msgs} assistant messages, {len(calls)} tool calls, "
                         f"{approvals} approval, worker killed "
                         f"{'once' if killed_at else 'never'}; every turn and tool call "
@@ -271,6 +282,9 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                     break
             else:
                 out.line("agentd demo: the loop did not finish within 120s")
+            if result != 0:  # the scratch directory goes away: show why first
+                tail = worker_log.read_text(errors="replace").splitlines()[-20:]
+                out.line("worker log (last lines):\n" + "\n".join(tail))
             if result == 0 and sys.stdin.isatty() and not getattr(args, "exit", False):
                 out.line(
                     f"the API and admin UI stay up at {base}/admin (token above); "

@@ -9,8 +9,10 @@ Rules are tried in order against the LAST message of the request; `times=N` expi
         fake.add(Rule(match="weather", reply=Reply(tool_calls=[ToolCall("get_weather", {})])))
         ...  # point a Provider at fake.base_url
 
-Also a process: `python -m agentd.testing.fake_llm --port 0 --rules rules.json` prints
-`LISTENING <port>`; rules are a JSON list of `{"match": null | {"contains": ...} |
+Also a process: `agentd fake-llm --port 0 [--rules rules.json]` (or `python -m
+agentd.testing.fake_llm`) prints `LISTENING <port>`. Without --rules it runs
+`default_rules()`: echo a user message, or call the tool a `/call NAME {json}` message
+names, then report the tool's result. Rules are a JSON list of `{"match": null | {"contains": ...} |
 {"role": ...} | {"tool_name": ...}, "reply": {...Reply fields}, "times": N}`.
 """
 
@@ -74,7 +76,9 @@ Matcher = None | str | Callable[[LastMessage], bool]
 @dataclass
 class Rule:
     match: Matcher = None
-    reply: Reply = field(default_factory=Reply)
+    reply: Reply | Callable[[LastMessage], Reply] = field(
+        default_factory=Reply
+    )  # or built per request
     times: int | None = None
 
     def matches(self, last: LastMessage) -> bool:
@@ -589,7 +593,7 @@ class FakeLLM:
                     rule.times -= 1
                     if rule.times <= 0:
                         self.rules.remove(rule)
-                return rule.reply
+                return rule.reply(last) if callable(rule.reply) else rule.reply
         return self.default_reply
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -764,6 +768,30 @@ def rule_from_json(raw: dict[str, Any]) -> Rule:
     return Rule(match=matcher, reply=Reply(**fields), times=raw.get("times"))
 
 
+_CALL = re.compile(r"^\s*/call\s+(\S+)\s*(.*)$", re.S)
+
+
+def _default_reply(last: LastMessage) -> Reply:
+    """Echo, or the scripted tool call a `/call NAME {json}` message asks for."""
+    streamed = {"chunk_size": 3, "chunk_delay": 0.05}  # visible token by token on a stream
+    if last.role == "tool":
+        return Reply(content=f"The tool {last.tool_name or ''} answered: {last.text}", **streamed)
+    m = _CALL.match(last.text)
+    if m:
+        raw = m.group(2).strip() or "{}"
+        try:
+            args = json.loads(raw)
+        except json.JSONDecodeError:
+            return Reply(content=f"/call needs JSON arguments, got {raw!r}", **streamed)
+        return Reply(content=f"Calling {m.group(1)}.", tool_calls=[ToolCall(m.group(1), args)])
+    return Reply(content=f"echo: {last.text}", **streamed)
+
+
+def default_rules() -> list[Rule]:
+    """The offline model's script when no rules are given (`agentd fake-llm`)."""
+    return [Rule(match=None, reply=_default_reply)]
+
+
 async def _serve_forever(fake: FakeLLM) -> None:
     await fake.start()
     print(f"LISTENING {fake.port}", flush=True)
@@ -775,17 +803,33 @@ async def _serve_forever(fake: FakeLLM) -> None:
     await fake.stop()
 
 
+def serve_command(args: argparse.Namespace) -> int:
+    """`agentd fake-llm`: args carry host, port and rules (a JSON file, or None)."""
+    rules = default_rules()
+    if args.rules:
+        try:
+            with open(args.rules, encoding="utf-8") as f:
+                rules = [rule_from_json(r) for r in json.load(f)]
+        except (OSError, ValueError, TypeError) as exc:
+            print(f"agentd fake-llm: cannot read rules from {args.rules}: {exc}", file=sys.stderr)
+            return 2
+    try:
+        asyncio.run(_serve_forever(FakeLLM(rules, host=args.host, port=args.port)))
+    except OSError as exc:
+        print(
+            f"agentd fake-llm: cannot listen on {args.host}:{args.port}: {exc.strerror}",
+            file=sys.stderr,
+        )
+        return 5
+    return 0
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m agentd.testing.fake_llm")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--rules", help="JSON file: a list of rules")
-    args = parser.parse_args(argv)
-    rules = []
-    if args.rules:
-        with open(args.rules, encoding="utf-8") as f:
-            rules = [rule_from_json(r) for r in json.load(f)]
-    asyncio.run(_serve_forever(FakeLLM(rules, host=args.host, port=args.port)))
+    parser.add_argument("--rules", help="JSON file: a list of rules (default: echo / /call)")
+    sys.exit(serve_command(parser.parse_args(argv)))
 
 
 if __name__ == "__main__":

@@ -79,12 +79,14 @@ async def test_up_on_embedded_postgres_is_ready_and_stops_cleanly(tmp_path: Path
 
 
 async def test_demo_finishes_a_multi_step_task_surviving_a_killed_worker(tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "agentd",
         "demo",
-        env=_env(tmp_path, AGENTD_PORT=str(_free_port())),
+        env=_env(tmp_path, AGENTD_PORT=str(_free_port()), TMPDIR=str(scratch)),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
@@ -94,4 +96,7 @@ async def test_demo_finishes_a_multi_step_task_surviving_a_killed_worker(tmp_pat
     assert "killed worker" in text and "reclaimed" in text
     assert "waits for a person's approval" in text
     assert "done in" in text and "Booked and confirmed" in text
-    assert not _postgres_running_in(tmp_path / "pgdata")
+    # Its own embedded database, apart from `agentd up`'s, stopped; no scratch left behind.
+    assert (tmp_path / "demo" / "pgdata").is_dir() and not (tmp_path / "pgdata").exists()
+    assert not _postgres_running_in(tmp_path / "demo" / "pgdata")
+    assert not list(scratch.glob("agentd-demo-*"))

@@ -97,3 +97,36 @@ async def test_hooks_may_be_async_and_read_loop_state() -> None:
     assert (await resolve(agent.llm_provider())).base_url == "http://h:1"
     assert (await resolve(agent.mcp_servers()))[0]["url"] == "http://h:1/mcp"
     assert agent.mcp_principal == "cust-1"
+
+
+def test_missing_api_key_env_warns_once_per_agent_at_startup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import structlog
+
+    monkeypatch.delenv("AGENTD_TEST_UNSET_KEY", raising=False)
+    monkeypatch.setenv("AGENTD_TEST_SET_KEY", "sk-1")
+    reg = AgentRegistry()
+    reg.load_config(
+        {
+            "a": {**BASE, "api_key_env": "AGENTD_TEST_UNSET_KEY"},
+            "b": {**BASE, "api_key_env": "AGENTD_TEST_SET_KEY"},
+            "c": {**BASE},
+        }
+    )
+    with structlog.testing.capture_logs() as logs:
+        assert reg.warn_missing_keys() == ["a"]
+    assert [(e["event"], e["agent"], e["variable"]) for e in logs] == [
+        ("agent.api_key_missing", "a", "AGENTD_TEST_UNSET_KEY")
+    ]
+
+
+async def test_missing_api_key_env_fails_provider_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("AGENTD_TEST_UNSET_KEY", raising=False)
+    cls = agent_from_config("a", {**BASE, "api_key_env": "AGENTD_TEST_UNSET_KEY"})
+    with pytest.raises(ConfigError, match="AGENTD_TEST_UNSET_KEY"):
+        await resolve(cls(LoopView()).llm_provider())
+    monkeypatch.setenv("AGENTD_TEST_UNSET_KEY", "sk-2")
+    assert (await resolve(cls(LoopView()).llm_provider())).api_token == "sk-2"

@@ -1,0 +1,163 @@
+"""The `agentd` command as a user meets it: options after the subcommand, helpful --help,
+one-line operational errors with documented exit codes, and waiting for a late database."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agentd.testing.up import AgentdUp, clean_env, free_port
+
+pytestmark = [pytest.mark.acceptance]
+
+AGENTD = [sys.executable, "-m", "agentd"]
+CONFIG = """\
+[agents.writer]
+base_url = "http://127.0.0.1:9"
+model = "fake-model"
+"""
+
+
+def run(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*AGENTD, *argv], env=clean_env(**env), capture_output=True, text=True, timeout=60
+    )
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+    """stderr's only non-log line: the error, with no traceback."""
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln and not ln.startswith("{")]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("agentd: "), lines
+    return lines[0]
+
+
+async def test_config_after_the_subcommand_loads_its_agents(
+    database_url: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "agentd.toml"
+    config.write_text(CONFIG)
+    up = AgentdUp(database_url=database_url, config=config)  # `agentd up --config FILE`
+    async with up, httpx.AsyncClient() as client:
+        r = await client.get(f"{up.base_url}/v1/agents", headers=up.headers)
+    assert "writer" in {a["name"] for a in r.json()["items"]}, r.text
+
+
+@pytest.mark.parametrize(
+    "command", ["up", "worker", "api", "migrate", "reap", "prune", "demo", "fake-llm"]
+)
+def test_every_subcommand_help_has_a_description_and_its_options(command: str) -> None:
+    proc = run(command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    usage, _, rest = proc.stdout.partition("\n\n")
+    assert f"agentd {command}" in usage
+    description = rest.split("\n\n", 1)[0]
+    assert not description.startswith("options:") and len(description) > 40, proc.stdout
+    assert "--config" in proc.stdout or command == "fake-llm"
+    expected = {
+        "up": ["--port", "--host", "--database-wait"],
+        "worker": ["--queues", "--database-wait"],
+        "api": ["--port", "--database-wait"],
+        "fake-llm": ["--host", "--port", "--rules"],
+        "demo": ["--exit", "--no-crash"],
+    }.get(command, [])
+    for option in expected:
+        assert option in proc.stdout, (command, option)
+
+
+@pytest.mark.parametrize("command", ["up", "worker", "api"])
+def test_unreachable_database_is_one_line_and_exit_3_after_the_wait(command: str) -> None:
+    port = free_port()  # nothing listens there
+    started = time.monotonic()
+    proc = run(
+        command,
+        AGENTD_DATABASE_URL=f"postgresql://postgres@127.0.0.1:{port}/postgres",
+        AGENTD_DATABASE_WAIT="1.5",
+        AGENTD_PORT=str(free_port()),
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert time.monotonic() - started >= 1.5  # it waited, with retries
+    line = one_line_error(proc)
+    assert "unreachable" in line and f"127.0.0.1:{port}" in line
+    retries = [ln for ln in proc.stderr.splitlines() if '"database.waiting"' in ln]
+    assert len(retries) >= 2  # each retry logged once
+
+
+def test_missing_database_is_one_line_and_exit_4(pg_server: tuple[str, object]) -> None:
+    parts = urllib.parse.urlsplit(pg_server[0])
+    url = urllib.parse.urlunsplit(parts._replace(path="/agentd_no_such_database"))
+    proc = run("up", AGENTD_DATABASE_URL=url, AGENTD_PORT=str(free_port()))
+    assert proc.returncode == 4, proc.stderr
+    assert "does not exist" in one_line_error(proc)
+
+
+def test_malformed_database_url_is_one_line_and_exit_2() -> None:
+    proc = run("worker", AGENTD_DATABASE_URL="mysql://localhost/x")
+    assert proc.returncode == 2, proc.stderr
+    assert "not a valid URL" in one_line_error(proc)
+
+
+def test_port_in_use_is_one_line_and_exit_5(database_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = run("up", AGENTD_DATABASE_URL=database_url, AGENTD_PORT=str(port))
+    assert proc.returncode == 5, proc.stderr
+    assert "in use" in one_line_error(proc)
+
+
+async def _forward(local: socket.socket, target: tuple[str, int]) -> asyncio.Server:
+    """A TCP forwarder on an already-bound socket: the database 'comes up' late."""
+
+    async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError):
+            while data := await r.read(65536):
+                w.write(data)
+                await w.drain()
+        w.close()
+
+    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        tr, tw = await asyncio.open_connection(*target)
+        await asyncio.gather(pipe(r, tw), pipe(tr, w))
+
+    return await asyncio.start_server(handle, sock=local)
+
+
+async def test_up_waits_for_a_database_that_starts_later(database_url: str) -> None:
+    parts = urllib.parse.urlsplit(database_url)
+    late = socket.socket()
+    late.bind(("127.0.0.1", 0))  # reserved, not listening: connections are refused
+    late_port = late.getsockname()[1]
+    creds = parts.netloc.rpartition("@")[0]
+    url = urllib.parse.urlunsplit(parts._replace(netloc=f"{creds}@127.0.0.1:{late_port}"))
+    up = AgentdUp(env={"AGENTD_DATABASE_URL": url, "AGENTD_DATABASE_WAIT": "60"})
+    entered = asyncio.create_task(up.__aenter__())
+    server = None
+    try:
+        deadline = time.monotonic() + 30
+        while b'"database.waiting"' not in up.output:
+            assert not entered.done(), up.text()
+            assert time.monotonic() < deadline, up.text()
+            await asyncio.sleep(0.05)
+        server = await _forward(late, (str(parts.hostname), int(parts.port or 5432)))
+        await asyncio.wait_for(entered, 60)  # ready: it connected once the database came up
+        assert up.text().count('"database.reachable"') == 1
+    finally:
+        if not entered.done():
+            entered.cancel()
+        await up.__aexit__()
+        if server is not None:
+            server.close()
+        late.close()
+    assert up.proc is not None and up.proc.returncode == 0, up.text()[-2000:]
