@@ -77,8 +77,7 @@ async def wait_until_reachable(url: str, *, limit: float) -> None:
             await _try_once(url)
         except asyncpg.InvalidCatalogNameError:
             raise DatabaseMissing(
-                f"database {target} does not exist; create it (createdb) or fix "
-                "AGENTD_DATABASE_URL"
+                f"database {target} does not exist; create it (createdb) or fix AGENTD_DATABASE_URL"
             ) from None
         except (
             asyncpg.InvalidAuthorizationSpecificationError,

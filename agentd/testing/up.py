@@ -110,3 +110,59 @@ class AgentdUp:
 
     def text(self) -> str:
         return self.output.decode(errors="replace")
+
+
+class TcpProxy:
+    """A TCP forwarder to `target` whose live connections a test can cut (`cut()`), to
+    drop a stream mid-flight; new connections keep being forwarded.
+
+        async with TcpProxy(("127.0.0.1", up.port)) as proxy:
+            url = f"http://127.0.0.1:{proxy.port}"
+    """
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = 0
+        self.cuts = 0
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def _pipe(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            while data := await r.read(65536):
+                w.write(data)
+                await w.drain()
+        w.close()
+
+    async def _handle(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        try:
+            tr, tw = await asyncio.open_connection(*self.target)
+        except OSError:
+            w.close()
+            return
+        self._writers |= {w, tw}
+        try:
+            await asyncio.gather(self._pipe(r, tw), self._pipe(tr, w))
+        finally:
+            self._writers -= {w, tw}
+
+    def cut(self) -> None:
+        """Abort every live connection (both sides see a reset, not a clean close)."""
+        self.cuts += 1
+        self._abort_all()
+
+    def _abort_all(self) -> None:
+        for w in list(self._writers):
+            w.transport.abort()
+
+    async def __aenter__(self) -> TcpProxy:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._abort_all()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)

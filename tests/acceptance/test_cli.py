@@ -161,3 +161,26 @@ async def test_up_waits_for_a_database_that_starts_later(database_url: str) -> N
             server.close()
         late.close()
     assert up.proc is not None and up.proc.returncode == 0, up.text()[-2000:]
+
+
+async def test_fake_llm_command_echoes_and_scripts_a_tool_call() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *AGENTD, "fake-llm", "--port", "0", env=clean_env(), stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+        assert line.startswith(b"LISTENING "), line
+        url = f"http://127.0.0.1:{int(line.split()[1])}/v1/chat/completions"
+
+        def ask(text: str) -> dict[str, object]:
+            body = {"model": "m", "messages": [{"role": "user", "content": text}]}
+            return httpx.post(url, json=body, timeout=10).json()["choices"][0]["message"]
+
+        assert ask("hello there")["content"] == "echo: hello there"
+        call = ask('/call get_current_time {"timezone": "Europe/Lisbon"}')["tool_calls"][0]
+        assert call["function"]["name"] == "get_current_time"
+        assert call["function"]["arguments"] == '{"timezone": "Europe/Lisbon"}'
+    finally:
+        proc.terminate()
+        assert await asyncio.wait_for(proc.wait(), 10) == 0

@@ -39,3 +39,36 @@ def test_toml_snippet_is_valid(where: str, text: str) -> None:
         agent_from_config(name, raw)
     for name, raw in data.get("schedules", {}).items():
         parse_spec(name, raw)
+
+
+SHELL_DOCS = [
+    *DOCS,
+    *sorted((Path(__file__).parents[2] / "examples").glob("**/README.md")),
+    *sorted((Path(__file__).parents[2] / "examples").glob("*/agentd.toml")),
+]
+
+
+def _curl_commands() -> list[tuple[str, str]]:
+    """Every curl command in the docs (continuation lines joined; TOML comments too)."""
+    out = []
+    for doc in SHELL_DOCS:
+        text = doc.read_text().replace("\\\n", " ")
+        if doc.suffix == ".toml":
+            text = "\n".join(ln.lstrip("# ") for ln in text.splitlines())
+        for line in text.splitlines():
+            if re.search(r"(^|[\s$(])curl\s", line):
+                out.append((doc.name, line.strip()))
+    return out
+
+
+def test_docs_have_curl_commands() -> None:
+    assert len(_curl_commands()) >= 10
+
+
+@pytest.mark.parametrize(("where", "command"), _curl_commands(), ids=lambda x: x[:50])
+def test_every_curl_that_sends_a_body_says_it_is_json(where: str, command: str) -> None:
+    if not re.search(r"\s(-d|--data|--data-raw|--json)\s", command):
+        return
+    assert "content-type: application/json" in command.lower() or "--json" in command, (
+        f"{where}: curl sends a body without -H 'Content-Type: application/json': {command}"
+    )

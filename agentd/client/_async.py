@@ -1,0 +1,237 @@
+"""AsyncClient: the agentd REST API over httpx.AsyncClient."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from httpx_sse import aconnect_sse
+
+from agentd.client import errors, routes, streaming
+from agentd.client.models import EventOut, LoopOut, MessageOut, Page, StreamEvent, ToolCallOut
+from agentd.client.routes import LoopId
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    token = token or os.environ.get("AGENTD_API_TOKEN")
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+class AsyncClient:
+    """`async with AsyncClient(url, token) as agentd: loop = await agentd.start(...)`.
+
+    `token` defaults to AGENTD_API_TOKEN. Errors raise `agentd.client.errors` exceptions.
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            headers=_headers(token),
+            timeout=timeout,
+            transport=transport,
+        )
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _do(self, call: routes.Call) -> Any:
+        try:
+            r = await self._http.request(
+                call.method,
+                call.path,
+                json=call.json,
+                params=call.params or None,
+                headers=call.headers or None,
+            )
+        except httpx.TransportError as exc:
+            raise errors.TransportError(f"{call.method} {call.path}: {exc!r}") from exc
+        if r.status_code >= 400:
+            raise errors.from_response(r)
+        return call.parse(r.json() if r.content else None)
+
+    # --- loops ---------------------------------------------------------------------------
+
+    async def start(
+        self,
+        agent: str,
+        message: str,
+        *,
+        subject: str | None = None,
+        state: dict[str, Any] | None = None,
+        observe: bool | None = None,
+        max_tokens_total: int | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> LoopOut:
+        """Start a loop. Retrying with the same `idempotency_key` (and body) returns the
+        loop the first attempt started instead of starting another."""
+        return await self._do(
+            routes.start(
+                agent,
+                message,
+                subject=subject,
+                state=state,
+                observe=observe,
+                max_tokens_total=max_tokens_total,
+                concurrency_key=concurrency_key,
+                concurrency_limit=concurrency_limit,
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    async def get(self, loop_id: LoopId) -> LoopOut:
+        return await self._do(routes.get(loop_id))
+
+    async def list(
+        self,
+        *,
+        status: str | None = None,
+        agent: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[LoopOut]:
+        """One page, newest first; pass `page.next_cursor` as `cursor` for the next."""
+        return await self._do(routes.list_loops(status, agent, limit, cursor))
+
+    async def iter_loops(
+        self, *, status: str | None = None, agent: str | None = None, page_size: int = 50
+    ) -> AsyncIterator[LoopOut]:
+        """Every matching loop, newest first, following the cursors."""
+        cursor: str | None = None
+        while True:
+            page = await self.list(status=status, agent=agent, limit=page_size, cursor=cursor)
+            for loop in page.items:
+                yield loop
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    async def messages(self, loop_id: LoopId, *, include_hidden: bool = False) -> list[MessageOut]:
+        return await self._do(routes.messages(loop_id, include_hidden))
+
+    async def events(self, loop_id: LoopId, *, after: int = 0, limit: int = 100) -> Page[EventOut]:
+        """Events oldest first; pass `int(page.next_cursor)` as `after` for the next page."""
+        return await self._do(routes.events(loop_id, after, limit))
+
+    async def send(self, loop_id: LoopId, content: str) -> LoopOut:
+        """Append a user message to a loop at rest and continue it."""
+        return await self._do(routes.send(loop_id, content))
+
+    async def pause(self, loop_id: LoopId) -> LoopOut:
+        return await self._do(routes.action(loop_id, "pause"))
+
+    async def resume(
+        self,
+        loop_id: LoopId,
+        *,
+        from_: list[str] | None = None,
+        max_steps: int | None = None,
+        max_tokens_total: int | None = None,
+    ) -> LoopOut:
+        return await self._do(routes.resume(loop_id, from_, max_steps, max_tokens_total))
+
+    async def stop(self, loop_id: LoopId) -> LoopOut:
+        return await self._do(routes.action(loop_id, "stop"))
+
+    async def freeze(self, loop_id: LoopId) -> LoopOut:
+        return await self._do(routes.action(loop_id, "freeze"))
+
+    async def unfreeze(self, loop_id: LoopId) -> LoopOut:
+        return await self._do(routes.action(loop_id, "unfreeze"))
+
+    async def observe(self, loop_id: LoopId, observed: bool = True) -> LoopOut:
+        return await self._do(routes.action(loop_id, "observe", {"observed": observed}))
+
+    async def fork(self, loop_id: LoopId, message_id: int, *, title: str | None = None) -> LoopOut:
+        """A new paused loop with the history up to `message_id`; resume it to run."""
+        return await self._do(routes.fork(loop_id, message_id, title))
+
+    async def regenerate(self, loop_id: LoopId, message_id: int) -> LoopOut:
+        return await self._do(routes.regenerate(loop_id, message_id))
+
+    # --- approvals -----------------------------------------------------------------------
+
+    async def approvals(self, loop_id: LoopId) -> list[ToolCallOut]:
+        return await self._do(routes.approvals(loop_id))
+
+    async def approve(
+        self,
+        tool_call_id: int,
+        *,
+        reason: str | None = None,
+        arguments: dict[str, Any] | None = None,
+    ) -> ToolCallOut:
+        return await self._do(routes.decide(tool_call_id, True, reason, arguments))
+
+    async def deny(self, tool_call_id: int, *, reason: str | None = None) -> ToolCallOut:
+        return await self._do(routes.decide(tool_call_id, False, reason, None))
+
+    async def agents(self) -> list[dict[str, Any]]:
+        return await self._do(routes.agents())
+
+    # --- live stream -----------------------------------------------------------------------
+
+    async def stream(
+        self, loop_id: LoopId, *, max_reconnects: int = 10, read_timeout: float = 60.0
+    ) -> AsyncIterator[StreamEvent]:
+        """The loop's live events until it completes, fails, stops or pauses.
+
+        A dropped connection is resumed with Last-Event-ID; events already yielded are not
+        yielded again. Gives up (TransportError) after `max_reconnects` attempts in a row
+        that yield nothing.
+        """
+        state = streaming.Resumption()
+        failures = 0
+        timeout = httpx.Timeout(self._http.timeout.connect, read=read_timeout)
+        while True:
+            try:
+                async with aconnect_sse(
+                    self._http,
+                    "GET",
+                    f"/v1/loops/{loop_id}/stream",
+                    headers=state.headers(),
+                    timeout=timeout,
+                ) as source:
+                    r = source.response
+                    if r.status_code >= 400:
+                        await r.aread()
+                        err = errors.from_response(r)
+                        if not isinstance(err, errors.Unavailable):
+                            raise err
+                        raise errors.TransportError(str(err))
+                    async for sse in source.aiter_sse():
+                        event = state.accept(sse.event, sse.id, sse.data)
+                        if event is not None:
+                            failures = 0
+                            yield event
+            except (httpx.TransportError, errors.TransportError) as exc:
+                dropped: BaseException | None = exc
+            else:
+                dropped = None
+            if state.finished:
+                return
+            failures += 1
+            if failures > max_reconnects:
+                raise errors.TransportError(
+                    f"stream of loop {loop_id} dropped {failures} times in a row"
+                ) from dropped
+            await asyncio.sleep(streaming.backoff(failures))

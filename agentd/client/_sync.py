@@ -1,0 +1,229 @@
+"""Client: the agentd REST API over httpx.Client (the same calls as AsyncClient)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+from httpx_sse import connect_sse
+
+from agentd.client import errors, routes, streaming
+from agentd.client._async import DEFAULT_URL, _headers
+from agentd.client.models import EventOut, LoopOut, MessageOut, Page, StreamEvent, ToolCallOut
+from agentd.client.routes import LoopId
+
+
+class Client:
+    """`with Client(url, token) as agentd: loop = agentd.start(...)`.
+
+    `token` defaults to AGENTD_API_TOKEN. Errors raise `agentd.client.errors` exceptions.
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            headers=_headers(token),
+            timeout=timeout,
+            transport=transport,
+        )
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _do(self, call: routes.Call) -> Any:
+        try:
+            r = self._http.request(
+                call.method,
+                call.path,
+                json=call.json,
+                params=call.params or None,
+                headers=call.headers or None,
+            )
+        except httpx.TransportError as exc:
+            raise errors.TransportError(f"{call.method} {call.path}: {exc!r}") from exc
+        if r.status_code >= 400:
+            raise errors.from_response(r)
+        return call.parse(r.json() if r.content else None)
+
+    # --- loops ---------------------------------------------------------------------------
+
+    def start(
+        self,
+        agent: str,
+        message: str,
+        *,
+        subject: str | None = None,
+        state: dict[str, Any] | None = None,
+        observe: bool | None = None,
+        max_tokens_total: int | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> LoopOut:
+        """Start a loop. Retrying with the same `idempotency_key` (and body) returns the
+        loop the first attempt started instead of starting another."""
+        return self._do(
+            routes.start(
+                agent,
+                message,
+                subject=subject,
+                state=state,
+                observe=observe,
+                max_tokens_total=max_tokens_total,
+                concurrency_key=concurrency_key,
+                concurrency_limit=concurrency_limit,
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    def get(self, loop_id: LoopId) -> LoopOut:
+        return self._do(routes.get(loop_id))
+
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        agent: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[LoopOut]:
+        """One page, newest first; pass `page.next_cursor` as `cursor` for the next."""
+        return self._do(routes.list_loops(status, agent, limit, cursor))
+
+    def iter_loops(
+        self, *, status: str | None = None, agent: str | None = None, page_size: int = 50
+    ) -> Iterator[LoopOut]:
+        """Every matching loop, newest first, following the cursors."""
+        cursor: str | None = None
+        while True:
+            page = self.list(status=status, agent=agent, limit=page_size, cursor=cursor)
+            yield from page.items
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    def messages(self, loop_id: LoopId, *, include_hidden: bool = False) -> list[MessageOut]:
+        return self._do(routes.messages(loop_id, include_hidden))
+
+    def events(self, loop_id: LoopId, *, after: int = 0, limit: int = 100) -> Page[EventOut]:
+        """Events oldest first; pass `int(page.next_cursor)` as `after` for the next page."""
+        return self._do(routes.events(loop_id, after, limit))
+
+    def send(self, loop_id: LoopId, content: str) -> LoopOut:
+        """Append a user message to a loop at rest and continue it."""
+        return self._do(routes.send(loop_id, content))
+
+    def pause(self, loop_id: LoopId) -> LoopOut:
+        return self._do(routes.action(loop_id, "pause"))
+
+    def resume(
+        self,
+        loop_id: LoopId,
+        *,
+        from_: list[str] | None = None,
+        max_steps: int | None = None,
+        max_tokens_total: int | None = None,
+    ) -> LoopOut:
+        return self._do(routes.resume(loop_id, from_, max_steps, max_tokens_total))
+
+    def stop(self, loop_id: LoopId) -> LoopOut:
+        return self._do(routes.action(loop_id, "stop"))
+
+    def freeze(self, loop_id: LoopId) -> LoopOut:
+        return self._do(routes.action(loop_id, "freeze"))
+
+    def unfreeze(self, loop_id: LoopId) -> LoopOut:
+        return self._do(routes.action(loop_id, "unfreeze"))
+
+    def observe(self, loop_id: LoopId, observed: bool = True) -> LoopOut:
+        return self._do(routes.action(loop_id, "observe", {"observed": observed}))
+
+    def fork(self, loop_id: LoopId, message_id: int, *, title: str | None = None) -> LoopOut:
+        """A new paused loop with the history up to `message_id`; resume it to run."""
+        return self._do(routes.fork(loop_id, message_id, title))
+
+    def regenerate(self, loop_id: LoopId, message_id: int) -> LoopOut:
+        return self._do(routes.regenerate(loop_id, message_id))
+
+    # --- approvals -----------------------------------------------------------------------
+
+    def approvals(self, loop_id: LoopId) -> list[ToolCallOut]:
+        return self._do(routes.approvals(loop_id))
+
+    def approve(
+        self,
+        tool_call_id: int,
+        *,
+        reason: str | None = None,
+        arguments: dict[str, Any] | None = None,
+    ) -> ToolCallOut:
+        return self._do(routes.decide(tool_call_id, True, reason, arguments))
+
+    def deny(self, tool_call_id: int, *, reason: str | None = None) -> ToolCallOut:
+        return self._do(routes.decide(tool_call_id, False, reason, None))
+
+    def agents(self) -> list[dict[str, Any]]:
+        return self._do(routes.agents())
+
+    # --- live stream -----------------------------------------------------------------------
+
+    def stream(
+        self, loop_id: LoopId, *, max_reconnects: int = 10, read_timeout: float = 60.0
+    ) -> Iterator[StreamEvent]:
+        """The loop's live events until it completes, fails, stops or pauses.
+
+        A dropped connection is resumed with Last-Event-ID; events already yielded are not
+        yielded again. Gives up (TransportError) after `max_reconnects` attempts in a row
+        that yield nothing.
+        """
+        state = streaming.Resumption()
+        failures = 0
+        timeout = httpx.Timeout(self._http.timeout.connect, read=read_timeout)
+        while True:
+            try:
+                with connect_sse(
+                    self._http,
+                    "GET",
+                    f"/v1/loops/{loop_id}/stream",
+                    headers=state.headers(),
+                    timeout=timeout,
+                ) as source:
+                    r = source.response
+                    if r.status_code >= 400:
+                        r.read()
+                        err = errors.from_response(r)
+                        if not isinstance(err, errors.Unavailable):
+                            raise err
+                        raise errors.TransportError(str(err))
+                    for sse in source.iter_sse():
+                        event = state.accept(sse.event, sse.id, sse.data)
+                        if event is not None:
+                            failures = 0
+                            yield event
+            except (httpx.TransportError, errors.TransportError) as exc:
+                dropped: BaseException | None = exc
+            else:
+                dropped = None
+            if state.finished:
+                return
+            failures += 1
+            if failures > max_reconnects:
+                raise errors.TransportError(
+                    f"stream of loop {loop_id} dropped {failures} times in a row"
+                ) from dropped
+            time.sleep(streaming.backoff(failures))

@@ -1,0 +1,31 @@
+"""The client's typed models: the API's own response schemas, plus stream events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agentd.api.schemas import EventOut, LoopOut, MessageOut, Page, ToolCallOut
+
+__all__ = ["EventOut", "LoopOut", "MessageOut", "Page", "StreamEvent", "ToolCallOut"]
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One Server-Sent Event of GET /v1/loops/{id}/stream.
+
+    `event` is `status`, `delta`, `message` or `approval`; `data` its JSON payload;
+    `message` the parsed MessageOut for `message` events.
+    """
+
+    event: str
+    id: str
+    data: dict[str, Any]
+
+    @property
+    def message(self) -> MessageOut | None:
+        return MessageOut.model_validate(self.data) if self.event == "message" else None
+
+    @property
+    def delta(self) -> str:
+        return str(self.data.get("delta", "")) if self.event == "delta" else ""
