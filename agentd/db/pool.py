@@ -10,11 +10,39 @@ from typing import Any, TypeAlias
 
 import asyncpg
 
+from agentd.db import storable
+
 Pool: TypeAlias = asyncpg.Pool
 Connection: TypeAlias = asyncpg.Connection
 
 
-class CachingConnection(asyncpg.Connection):
+class StorableConnection(asyncpg.Connection):
+    """Makes every text parameter storable (`agentd.db.storable`) before it is sent.
+
+    The one place outside text (a model's NUL, a tool's lone surrogate) is made storable,
+    so no store function can forget it; json/jsonb parameters are cleaned by their codec.
+    """
+
+    async def execute(self, query: str, *args: Any, **kw: Any) -> str:
+        return await super().execute(query, *storable.args(args), **kw)
+
+    async def executemany(self, command: str, args: Any, **kw: Any) -> None:
+        await super().executemany(command, [storable.args(tuple(a)) for a in args], **kw)
+
+    async def fetch(self, query: str, *args: Any, **kw: Any) -> list[Any]:
+        return await super().fetch(query, *storable.args(args), **kw)
+
+    async def fetchrow(self, query: str, *args: Any, **kw: Any) -> Any:
+        return await super().fetchrow(query, *storable.args(args), **kw)
+
+    async def fetchval(self, query: str, *args: Any, **kw: Any) -> Any:
+        return await super().fetchval(query, *storable.args(args), **kw)
+
+    async def fetchmany(self, query: str, args: Any, **kw: Any) -> list[Any]:
+        return await super().fetchmany(query, [storable.args(tuple(a)) for a in args], **kw)
+
+
+class CachingConnection(StorableConnection):
     """Caches prepared statements only for statements run outside a transaction.
 
     A migration that adds a column outdates a cached `SELECT *` statement. Outside a
@@ -32,7 +60,9 @@ class CachingConnection(asyncpg.Connection):
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
     for typ in ("json", "jsonb"):
-        await conn.set_type_codec(typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+        await conn.set_type_codec(
+            typ, encoder=storable.dumps, decoder=json.loads, schema="pg_catalog"
+        )
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
@@ -80,7 +110,10 @@ async def connect(url: str, *, application_name: str = "agentd") -> Connection:
     """A dedicated connection (heartbeat, LISTEN, migrations), outside the pool, on the direct
     URL. No statement cache: it runs few statements, and migrations change the schema."""
     conn = await asyncpg.connect(
-        url, statement_cache_size=0, server_settings={"application_name": application_name}
+        url,
+        statement_cache_size=0,
+        server_settings={"application_name": application_name},
+        connection_class=StorableConnection,
     )
     await _init_connection(conn)
     return conn
@@ -153,6 +186,16 @@ def schema_changed(exc: BaseException) -> bool:
     """Whether `exc` (or what caused it) is a cached statement outdated by a migration: the
     transaction failed before it wrote anything, and running it again will succeed."""
     return any(isinstance(e, _SCHEMA_CHANGED) for e in _causes(exc))
+
+
+def refused_write(exc: BaseException) -> str | None:
+    """A message fit for users when the server refused a statement (`exc` or what caused it
+    is a PostgreSQL error): which class of refusal, never the driver's wording."""
+    for e in _causes(exc):
+        if isinstance(e, asyncpg.PostgresError):
+            state = getattr(e, "sqlstate", None) or "?"
+            return f"the database refused to store this turn (SQLSTATE {state}); see the worker log"
+    return None
 
 
 def _raised_in_asyncpg(exc: BaseException) -> bool:

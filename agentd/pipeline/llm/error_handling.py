@@ -12,7 +12,13 @@ from __future__ import annotations
 import asyncio
 
 from agentd import logs
-from agentd.db.pool import lost_connection, schema_changed, transaction, until_reachable
+from agentd.db.pool import (
+    lost_connection,
+    refused_write,
+    schema_changed,
+    transaction,
+    until_reachable,
+)
 from agentd.engine.context import TurnContext
 from agentd.engine.states import TransitionReason
 from agentd.errors import (
@@ -65,7 +71,10 @@ class ErrorHandling:
                 await self._give_back(ctx)
                 return
             message = (
-                exc.message if isinstance(exc, AgentdError) else f"{type(exc).__name__}: {exc}"
+                exc.message
+                if isinstance(exc, AgentdError)
+                # the driver's wording (and the text it quotes) is for the log, not for users
+                else refused_write(exc) or f"{type(exc).__name__}: {exc}"
             )
             log.warning(
                 "turn.failed",

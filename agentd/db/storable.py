@@ -1,0 +1,95 @@
+"""Storable text: what PostgreSQL cannot hold is replaced before it reaches the server.
+
+PostgreSQL's `text` refuses NUL (0x00); UTF-8 cannot carry a lone surrogate (U+D800 to U+DFFF);
+`jsonb` refuses the `\\u0000` escape, lone surrogate escapes, and the `NaN`/`Infinity` tokens
+Python's json writes for non-finite floats. All of these arrive from outside (a model's
+answer or tool arguments, a tool's result, an error body) and used to fail the write with a
+raw driver error, losing the paid completion. Every parameter the pool's connections send
+passes through here (`StorableConnection` for text, the json codec for json/jsonb), so no
+store function has to remember: NUL and lone surrogates become U+FFFD, a surrogate pair
+held as two code points becomes the character it encodes, and non-finite numbers in JSON
+become null. Clean values pass untouched, at the cost of a substring scan.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+REPLACEMENT = "\ufffd"
+
+# In json.dumps' (ASCII-only) output a real escape is a `\u` preceded by an even run of
+# escaped backslashes. A high+low pair is a valid character (an emoji): keep it; a lone
+# surrogate or NUL escape becomes U+FFFD.
+_BAD_ESCAPE = re.compile(
+    r"(?<!\\)((?:\\\\)*)\\u(d[89ab][0-9a-f]{2}\\ud[c-f][0-9a-f]{2}|d[89a-f][0-9a-f]{2}|0000)"
+)
+
+
+def text(value: str) -> str:
+    """`value`, storable in a PostgreSQL `text` column (the same object when it already is)."""
+    if "\x00" in value:
+        value = value.replace("\x00", REPLACEMENT)
+    if value.isascii():  # O(1): CPython keeps the flag
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        # utf-16 with surrogatepass joins pairs; decoding with "replace" marks lone halves.
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return value
+
+
+def _fix_escape(m: re.Match[str]) -> str:
+    if len(m.group(2)) > 4:  # a valid pair
+        return m.group(0)
+    return m.group(1) + "\\ufffd"
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def dumps(value: Any) -> str:
+    """JSON text that `json` and `jsonb` accept: the pool's json/jsonb encoder."""
+    out = json.dumps(value)  # ensure_ascii: NUL and surrogates appear only as \u escapes
+    if "NaN" in out or "Infinity" in out:  # a bare token, or the word inside a string
+        out = json.dumps(_finite(value))
+    if "\\u0000" in out or "\\ud" in out:
+        out = _BAD_ESCAPE.sub(_fix_escape, out)
+    return out
+
+
+def args(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Query parameters with every str (and str in a list, for `text[]`) made storable.
+
+    dicts and lists of dicts go to the json codec (`dumps`), which cleans them itself."""
+    out: list[Any] | None = None
+    for i, v in enumerate(values):
+        if type(v) is str:
+            new: Any = text(v)
+        elif type(v) is list and v:
+            new = _text_list(v)
+        else:
+            continue
+        if new is not v:
+            if out is None:
+                out = list(values)
+            out[i] = new
+    return values if out is None else tuple(out)
+
+
+def _text_list(values: list[Any]) -> list[Any]:
+    first = next((v for v in values if v is not None), None)
+    if type(first) is not str:  # ids, uuids, numbers, json objects: nothing to clean here
+        return values
+    cleaned = [text(v) if type(v) is str else v for v in values]
+    return values if all(a is b for a, b in zip(cleaned, values, strict=True)) else cleaned
