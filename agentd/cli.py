@@ -286,7 +286,7 @@ def _token(settings: Settings) -> str:
     return token
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, *, setting: str = "AGENTD_PORT or --port") -> socket.socket:
     """Take the listening socket before anything else starts, so a taken port is one
     clear error at once (not a traceback after the database is up)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -296,7 +296,7 @@ def _bind(host: str, port: int) -> socket.socket:
         if exc.errno == errno.EADDRINUSE:
             raise AddressInUse(
                 f"cannot listen on {host}:{port}: the address is in use "
-                "(another agentd? set AGENTD_PORT or --port)"
+                f"(another agentd? set {setting})"
             ) from None
         raise AddressInUse(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
@@ -387,6 +387,8 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
 
     stop = _stop_on_signals()
     registry = _registry(settings)
+    if settings.metrics_port:  # a taken probe port is one clear error, before anything starts
+        _bind(settings.host, settings.metrics_port, setting="AGENTD_METRICS_PORT").close()
     async with _database(settings, migrate_first=False) as (pool, url):
         await _require_current(pool)
         engine = Engine(

@@ -107,12 +107,15 @@ def test_malformed_database_url_is_one_line_and_exit_2() -> None:
     assert "not a valid URL" in one_line_error(proc)
 
 
-def test_port_in_use_is_one_line_and_exit_5(database_url: str) -> None:
+@pytest.mark.parametrize(
+    ("command", "setting"), [("up", "AGENTD_PORT"), ("worker", "AGENTD_METRICS_PORT")]
+)
+def test_port_in_use_is_one_line_and_exit_5(database_url: str, command: str, setting: str) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = run("up", AGENTD_DATABASE_URL=database_url, AGENTD_PORT=str(port))
+        proc = run(command, AGENTD_DATABASE_URL=database_url, **{setting: str(port)})
     assert proc.returncode == 5, proc.stderr
     assert "in use" in one_line_error(proc)
 
