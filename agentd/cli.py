@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     try:
         code = asyncio.run(commands[args.command](settings, args))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Interrupted):
         code = EXIT_INTERRUPTED
     except BaseException as exc:
         known = _operational(exc)
@@ -232,24 +232,50 @@ def _stop_on_signals() -> asyncio.Event:
     return stop
 
 
+class _Interrupted(Exception):
+    """SIGTERM or Ctrl-C arrived while waiting for the database."""
+
+
+async def _wait_for(url: str, settings: Settings, stop: asyncio.Event | None) -> None:
+    from agentd.db import wait
+
+    waiting = asyncio.ensure_future(wait.wait_until_reachable(url, limit=settings.database_wait))
+    if stop is None:
+        await waiting
+        return
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not waiting.done():  # a signal while retrying: leave now, not after the wait
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        raise _Interrupted
+    waiting.result()
+
+
 @contextlib.asynccontextmanager
-async def _database_url(settings: Settings) -> AsyncIterator[str]:
+async def _database_url(
+    settings: Settings, stop: asyncio.Event | None = None
+) -> AsyncIterator[str]:
     """The configured URL once it accepts connections, or an embedded server's."""
-    from agentd.db import embedded, wait
+    from agentd.db import embedded
 
     async with embedded.database_url(settings.database_url, settings.data_dir) as url:
         if settings.database_url:
             for target in dict.fromkeys([url, settings.database_direct_url or url]):
-                await wait.wait_until_reachable(target, limit=settings.database_wait)
+                await _wait_for(target, settings, stop)
         yield url
 
 
 @contextlib.asynccontextmanager
-async def _database(settings: Settings, *, migrate_first: bool) -> AsyncIterator[tuple[Any, str]]:
+async def _database(
+    settings: Settings, *, migrate_first: bool, stop: asyncio.Event | None = None
+) -> AsyncIterator[tuple[Any, str]]:
     from agentd.db import migrate as migrations
     from agentd.db import pool as dbpool
 
-    async with _database_url(settings) as url:
+    async with _database_url(settings, stop) as url:
         direct = settings.database_direct_url or url
         if migrate_first:
             conn = await dbpool.connect(direct, application_name="agentd-migrate")
@@ -367,7 +393,7 @@ async def _up(settings: Settings, args: argparse.Namespace) -> int:
     registry = _registry(settings)
     server = _Server(settings)
     try:
-        async with _database(settings, migrate_first=True) as (pool, url):
+        async with _database(settings, migrate_first=True, stop=stop) as (pool, url):
             token = _token(settings)
             engine = Engine(
                 settings=settings, pool=pool, registry=registry, url=url, queues=list(QUEUES)
@@ -389,7 +415,7 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
     registry = _registry(settings)
     if settings.metrics_port:  # a taken probe port is one clear error, before anything starts
         _bind(settings.host, settings.metrics_port, setting="AGENTD_METRICS_PORT").close()
-    async with _database(settings, migrate_first=False) as (pool, url):
+    async with _database(settings, migrate_first=False, stop=stop) as (pool, url):
         await _require_current(pool)
         engine = Engine(
             settings=settings, pool=pool, registry=registry, url=url, queues=list(settings.queues)
@@ -422,7 +448,7 @@ async def _api(settings: Settings, args: argparse.Namespace) -> int:
     registry = _registry(settings)
     server = _Server(settings)
     try:
-        async with _database(settings, migrate_first=False) as (pool, url):
+        async with _database(settings, migrate_first=False, stop=stop) as (pool, url):
             await _require_current(pool)
             token = _token(settings)
             await server.serve(_app(settings, pool, url, registry, None, token), stop)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
 import subprocess
 import sys
@@ -187,3 +188,25 @@ async def test_fake_llm_command_echoes_and_scripts_a_tool_call() -> None:
     finally:
         proc.terminate()
         assert await asyncio.wait_for(proc.wait(), 10) == 0
+
+
+async def test_sigterm_while_waiting_for_the_database_exits_at_once() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *AGENTD,
+        "worker",
+        env=clean_env(
+            AGENTD_DATABASE_URL=f"postgresql://postgres@127.0.0.1:{free_port()}/postgres",
+            AGENTD_DATABASE_WAIT="300",
+        ),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    try:
+        line = await asyncio.wait_for(proc.stderr.readline(), 30)
+        assert b'"database.waiting"' in line, line
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 10) == 130  # not after the 300 s wait
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
