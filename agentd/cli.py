@@ -62,12 +62,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"agentd {__about__.__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    def command(name: str, summary: str, description: str, *, serve: bool = False) -> Any:
+    def command(
+        name: str, summary: str, description: str, *, serve: bool = False, config: bool = True
+    ) -> Any:
         return sub.add_parser(
             name,
             help=summary,
             description=description,
-            parents=[common],
+            parents=[common] if config else [],
             epilog=_SERVE_EPILOG if serve else None,
         )
 
@@ -145,6 +147,7 @@ def _parser() -> argparse.ArgumentParser:
         "streaming or not, with no API key. Point an agent's base_url at it. Default "
         "script: a user message is echoed back ('echo: ...'); a message '/call NAME {json}' "
         "gets a call of tool NAME with those arguments, and the tool's result is reported.",
+        config=False,
     )
     f.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     f.add_argument("--port", type=int, default=9000, help="port (default 9000; 0: any free)")
