@@ -264,7 +264,21 @@ async def _database_url(
     """The configured URL once it accepts connections, or an embedded server's."""
     from agentd.db import embedded
 
-    async with embedded.database_url(settings.database_url, settings.data_dir) as url:
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            url = await stack.enter_async_context(
+                embedded.database_url(settings.database_url, settings.data_dir)
+            )
+        except OSError as exc:  # the data dir cannot be made or written
+            raise ConfigError(
+                f"cannot start the embedded PostgreSQL in AGENTD_DATA_DIR={settings.data_dir}: "
+                f"{exc.strerror or exc}"
+            ) from None
+        except Exception as exc:
+            raise DatabaseUnavailable(
+                f"the embedded PostgreSQL in {settings.data_dir} failed to start: "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            ) from None
         if settings.database_url:
             for target in dict.fromkeys([url, settings.database_direct_url or url]):
                 await _wait_for(target, settings, stop)

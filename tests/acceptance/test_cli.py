@@ -102,6 +102,14 @@ def test_missing_database_is_one_line_and_exit_4(pg_server: tuple[str, object]) 
     assert "does not exist" in one_line_error(proc)
 
 
+def test_unusable_data_dir_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    proc = run("migrate", AGENTD_DATA_DIR=str(blocker / "data"))
+    assert proc.returncode == 2, proc.stderr
+    assert "AGENTD_DATA_DIR" in one_line_error(proc)
+
+
 def test_malformed_database_url_is_one_line_and_exit_2() -> None:
     proc = run("worker", AGENTD_DATABASE_URL="mysql://localhost/x")
     assert proc.returncode == 2, proc.stderr
