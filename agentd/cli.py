@@ -10,7 +10,7 @@ import secrets
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any
 
 from agentd import __about__, logs
@@ -358,7 +358,7 @@ class _Server:
 
         class Server(uvicorn.Server):
             @contextlib.contextmanager
-            def capture_signals(self):  # type: ignore[no-untyped-def,override]
+            def capture_signals(self) -> Iterator[None]:
                 yield
 
         config = uvicorn.Config(

@@ -220,9 +220,9 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                     for c in (x for x in calls if x.message_id == m.id):
                         out.line(f"  -> {c.name}({json.dumps(c.arguments)})")
                 elif m.role == "tool":
-                    c = next((x for x in calls if x.id == m.tool_call_id), None)
+                    answered = next((x for x in calls if x.id == m.tool_call_id), None)
                     text = (m.content or "").replace("\n", " ")
-                    out.line(f"  <- {c.name if c else 'tool'}: {text[:110]}")
+                    out.line(f"  <- {answered.name if answered else 'tool'}: {text[:110]}")
             slow = [c for c in calls if c.name == "find_hotels"]
             if killed_at is None and not args.no_crash and any(c.status == "running" for c in slow):
                 worker.send_signal(signal.SIGKILL)
