@@ -10,7 +10,7 @@ import secrets
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any
 
 from agentd import __about__, logs
@@ -62,12 +62,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"agentd {__about__.__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    def command(name: str, summary: str, description: str, *, serve: bool = False) -> Any:
+    def command(
+        name: str, summary: str, description: str, *, serve: bool = False, config: bool = True
+    ) -> Any:
         return sub.add_parser(
             name,
             help=summary,
             description=description,
-            parents=[common],
+            parents=[common] if config else [],
             epilog=_SERVE_EPILOG if serve else None,
         )
 
@@ -145,6 +147,7 @@ def _parser() -> argparse.ArgumentParser:
         "streaming or not, with no API key. Point an agent's base_url at it. Default "
         "script: a user message is echoed back ('echo: ...'); a message '/call NAME {json}' "
         "gets a call of tool NAME with those arguments, and the tool's result is reported.",
+        config=False,
     )
     f.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     f.add_argument("--port", type=int, default=9000, help="port (default 9000; 0: any free)")
@@ -186,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     try:
         code = asyncio.run(commands[args.command](settings, args))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Interrupted):
         code = EXIT_INTERRUPTED
     except BaseException as exc:
         known = _operational(exc)
@@ -232,24 +235,64 @@ def _stop_on_signals() -> asyncio.Event:
     return stop
 
 
-@contextlib.asynccontextmanager
-async def _database_url(settings: Settings) -> AsyncIterator[str]:
-    """The configured URL once it accepts connections, or an embedded server's."""
-    from agentd.db import embedded, wait
+class _Interrupted(Exception):
+    """SIGTERM or Ctrl-C arrived while waiting for the database."""
 
-    async with embedded.database_url(settings.database_url, settings.data_dir) as url:
+
+async def _wait_for(url: str, settings: Settings, stop: asyncio.Event | None) -> None:
+    from agentd.db import wait
+
+    waiting = asyncio.ensure_future(wait.wait_until_reachable(url, limit=settings.database_wait))
+    if stop is None:
+        await waiting
+        return
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not waiting.done():  # a signal while retrying: leave now, not after the wait
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        raise _Interrupted
+    waiting.result()
+
+
+@contextlib.asynccontextmanager
+async def _database_url(
+    settings: Settings, stop: asyncio.Event | None = None
+) -> AsyncIterator[str]:
+    """The configured URL once it accepts connections, or an embedded server's."""
+    from agentd.db import embedded
+
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            url = await stack.enter_async_context(
+                embedded.database_url(settings.database_url, settings.data_dir)
+            )
+        except OSError as exc:  # the data dir cannot be made or written
+            raise ConfigError(
+                f"cannot start the embedded PostgreSQL in AGENTD_DATA_DIR={settings.data_dir}: "
+                f"{exc.strerror or exc}"
+            ) from None
+        except Exception as exc:
+            raise DatabaseUnavailable(
+                f"the embedded PostgreSQL in {settings.data_dir} failed to start: "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            ) from None
         if settings.database_url:
             for target in dict.fromkeys([url, settings.database_direct_url or url]):
-                await wait.wait_until_reachable(target, limit=settings.database_wait)
+                await _wait_for(target, settings, stop)
         yield url
 
 
 @contextlib.asynccontextmanager
-async def _database(settings: Settings, *, migrate_first: bool) -> AsyncIterator[tuple[Any, str]]:
+async def _database(
+    settings: Settings, *, migrate_first: bool, stop: asyncio.Event | None = None
+) -> AsyncIterator[tuple[Any, str]]:
     from agentd.db import migrate as migrations
     from agentd.db import pool as dbpool
 
-    async with _database_url(settings) as url:
+    async with _database_url(settings, stop) as url:
         direct = settings.database_direct_url or url
         if migrate_first:
             conn = await dbpool.connect(direct, application_name="agentd-migrate")
@@ -286,7 +329,7 @@ def _token(settings: Settings) -> str:
     return token
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, *, setting: str = "AGENTD_PORT or --port") -> socket.socket:
     """Take the listening socket before anything else starts, so a taken port is one
     clear error at once (not a traceback after the database is up)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -296,7 +339,7 @@ def _bind(host: str, port: int) -> socket.socket:
         if exc.errno == errno.EADDRINUSE:
             raise AddressInUse(
                 f"cannot listen on {host}:{port}: the address is in use "
-                "(another agentd? set AGENTD_PORT or --port)"
+                f"(another agentd? set {setting})"
             ) from None
         raise AddressInUse(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
@@ -315,7 +358,7 @@ class _Server:
 
         class Server(uvicorn.Server):
             @contextlib.contextmanager
-            def capture_signals(self):  # type: ignore[no-untyped-def,override]
+            def capture_signals(self) -> Iterator[None]:
                 yield
 
         config = uvicorn.Config(
@@ -367,7 +410,7 @@ async def _up(settings: Settings, args: argparse.Namespace) -> int:
     registry = _registry(settings)
     server = _Server(settings)
     try:
-        async with _database(settings, migrate_first=True) as (pool, url):
+        async with _database(settings, migrate_first=True, stop=stop) as (pool, url):
             token = _token(settings)
             engine = Engine(
                 settings=settings, pool=pool, registry=registry, url=url, queues=list(QUEUES)
@@ -387,7 +430,9 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
 
     stop = _stop_on_signals()
     registry = _registry(settings)
-    async with _database(settings, migrate_first=False) as (pool, url):
+    if settings.metrics_port:  # a taken probe port is one clear error, before anything starts
+        _bind(settings.host, settings.metrics_port, setting="AGENTD_METRICS_PORT").close()
+    async with _database(settings, migrate_first=False, stop=stop) as (pool, url):
         await _require_current(pool)
         engine = Engine(
             settings=settings, pool=pool, registry=registry, url=url, queues=list(settings.queues)
@@ -420,7 +465,7 @@ async def _api(settings: Settings, args: argparse.Namespace) -> int:
     registry = _registry(settings)
     server = _Server(settings)
     try:
-        async with _database(settings, migrate_first=False) as (pool, url):
+        async with _database(settings, migrate_first=False, stop=stop) as (pool, url):
             await _require_current(pool)
             token = _token(settings)
             await server.serve(_app(settings, pool, url, registry, None, token), stop)

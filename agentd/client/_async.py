@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -125,7 +126,9 @@ class AsyncClient:
                 return
             cursor = page.next_cursor
 
-    async def messages(self, loop_id: LoopId, *, include_hidden: bool = False) -> list[MessageOut]:
+    async def messages(
+        self, loop_id: LoopId, *, include_hidden: bool = False
+    ) -> builtins.list[MessageOut]:
         return await self._do(routes.messages(loop_id, include_hidden))
 
     async def events(self, loop_id: LoopId, *, after: int = 0, limit: int = 100) -> Page[EventOut]:
@@ -143,7 +146,7 @@ class AsyncClient:
         self,
         loop_id: LoopId,
         *,
-        from_: list[str] | None = None,
+        from_: builtins.list[str] | None = None,
         max_steps: int | None = None,
         max_tokens_total: int | None = None,
     ) -> LoopOut:
@@ -170,7 +173,7 @@ class AsyncClient:
 
     # --- approvals -----------------------------------------------------------------------
 
-    async def approvals(self, loop_id: LoopId) -> list[ToolCallOut]:
+    async def approvals(self, loop_id: LoopId) -> builtins.list[ToolCallOut]:
         return await self._do(routes.approvals(loop_id))
 
     async def approve(
@@ -185,7 +188,7 @@ class AsyncClient:
     async def deny(self, tool_call_id: int, *, reason: str | None = None) -> ToolCallOut:
         return await self._do(routes.decide(tool_call_id, False, reason, None))
 
-    async def agents(self) -> list[dict[str, Any]]:
+    async def agents(self) -> builtins.list[dict[str, Any]]:
         return await self._do(routes.agents())
 
     # --- live stream -----------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -117,7 +118,9 @@ class Client:
                 return
             cursor = page.next_cursor
 
-    def messages(self, loop_id: LoopId, *, include_hidden: bool = False) -> list[MessageOut]:
+    def messages(
+        self, loop_id: LoopId, *, include_hidden: bool = False
+    ) -> builtins.list[MessageOut]:
         return self._do(routes.messages(loop_id, include_hidden))
 
     def events(self, loop_id: LoopId, *, after: int = 0, limit: int = 100) -> Page[EventOut]:
@@ -135,7 +138,7 @@ class Client:
         self,
         loop_id: LoopId,
         *,
-        from_: list[str] | None = None,
+        from_: builtins.list[str] | None = None,
         max_steps: int | None = None,
         max_tokens_total: int | None = None,
     ) -> LoopOut:
@@ -162,7 +165,7 @@ class Client:
 
     # --- approvals -----------------------------------------------------------------------
 
-    def approvals(self, loop_id: LoopId) -> list[ToolCallOut]:
+    def approvals(self, loop_id: LoopId) -> builtins.list[ToolCallOut]:
         return self._do(routes.approvals(loop_id))
 
     def approve(
@@ -177,7 +180,7 @@ class Client:
     def deny(self, tool_call_id: int, *, reason: str | None = None) -> ToolCallOut:
         return self._do(routes.decide(tool_call_id, False, reason, None))
 
-    def agents(self) -> list[dict[str, Any]]:
+    def agents(self) -> builtins.list[dict[str, Any]]:
         return self._do(routes.agents())
 
     # --- live stream -----------------------------------------------------------------------

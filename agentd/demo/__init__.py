@@ -102,6 +102,7 @@ async def _registered(pool: Any, *, within: float) -> None:
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     from agentd import logs
     from agentd.cli import _app, _database, _Server
+    from agentd.client import AsyncClient
     from agentd.db.listener import Listener
     from agentd.db.pool import connection
     from agentd.demo.agent import TripAgent
@@ -171,6 +172,8 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             asyncio.create_task(server.serve(app, stop)),
         ]
         base = f"http://{settings.host}:{settings.port}"
+        # The demo decides approvals as an application would: over the API, with the client.
+        client = await stack.enter_async_context(AsyncClient(base, token))
         out.line(f"  API       {base}/v1   token: {token}")
         out.line(f"  admin UI  {base}/admin   (log in with the token)")
         out.line(f"  worker    pid {worker.pid}")
@@ -217,9 +220,9 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                     for c in (x for x in calls if x.message_id == m.id):
                         out.line(f"  -> {c.name}({json.dumps(c.arguments)})")
                 elif m.role == "tool":
-                    c = next((x for x in calls if x.id == m.tool_call_id), None)
+                    answered = next((x for x in calls if x.id == m.tool_call_id), None)
                     text = (m.content or "").replace("\n", " ")
-                    out.line(f"  <- {c.name if c else 'tool'}: {text[:110]}")
+                    out.line(f"  <- {answered.name if answered else 'tool'}: {text[:110]}")
             slow = [c for c in calls if c.name == "find_hotels"]
             if killed_at is None and not args.no_crash and any(c.status == "running" for c in slow):
                 worker.send_signal(signal.SIGKILL)
@@ -241,9 +244,9 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                 if c.approval_status == "pending":
                     out.line(
                         f"  ?? {c.name} waits for a person's approval; the demo "
-                        f"approves it (POST /v1/tool-calls/{c.id}/approve)"
+                        f"approves it with agentd.client (POST /v1/tool-calls/{c.id}/approve)"
                     )
-                    await engine.lifecycle.decide(c.id, approve=True, decided_by="demo")
+                    await client.approve(c.id, reason="approved by the demo")
                     approvals += 1
             return row, calls, msgs
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
 import subprocess
 import sys
@@ -101,18 +102,29 @@ def test_missing_database_is_one_line_and_exit_4(pg_server: tuple[str, object]) 
     assert "does not exist" in one_line_error(proc)
 
 
+def test_unusable_data_dir_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    proc = run("migrate", AGENTD_DATA_DIR=str(blocker / "data"))
+    assert proc.returncode == 2, proc.stderr
+    assert "AGENTD_DATA_DIR" in one_line_error(proc)
+
+
 def test_malformed_database_url_is_one_line_and_exit_2() -> None:
     proc = run("worker", AGENTD_DATABASE_URL="mysql://localhost/x")
     assert proc.returncode == 2, proc.stderr
     assert "not a valid URL" in one_line_error(proc)
 
 
-def test_port_in_use_is_one_line_and_exit_5(database_url: str) -> None:
+@pytest.mark.parametrize(
+    ("command", "setting"), [("up", "AGENTD_PORT"), ("worker", "AGENTD_METRICS_PORT")]
+)
+def test_port_in_use_is_one_line_and_exit_5(database_url: str, command: str, setting: str) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = run("up", AGENTD_DATABASE_URL=database_url, AGENTD_PORT=str(port))
+        proc = run(command, AGENTD_DATABASE_URL=database_url, **{setting: str(port)})
     assert proc.returncode == 5, proc.stderr
     assert "in use" in one_line_error(proc)
 
@@ -184,3 +196,25 @@ async def test_fake_llm_command_echoes_and_scripts_a_tool_call() -> None:
     finally:
         proc.terminate()
         assert await asyncio.wait_for(proc.wait(), 10) == 0
+
+
+async def test_sigterm_while_waiting_for_the_database_exits_at_once() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *AGENTD,
+        "worker",
+        env=clean_env(
+            AGENTD_DATABASE_URL=f"postgresql://postgres@127.0.0.1:{free_port()}/postgres",
+            AGENTD_DATABASE_WAIT="300",
+        ),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    try:
+        line = await asyncio.wait_for(proc.stderr.readline(), 30)
+        assert b'"database.waiting"' in line, line
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 10) == 130  # not after the 300 s wait
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

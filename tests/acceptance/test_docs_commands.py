@@ -22,23 +22,27 @@ from agentd.testing.up import clean_env, free_port
 pytestmark = [pytest.mark.acceptance]
 
 ROOT = Path(__file__).parents[2]
-BLOCK = re.compile(r"```bash\n(.*?)```", re.S)
+BLOCK = re.compile(r"```(bash|python)\n(.*?)```", re.S)
 
 #: document -> what its walkthrough's output must contain
 WALKTHROUGHS = {
-    "README.md": ["echo: Draft a haiku about queues.", "event: status"],
+    "README.md": ["echo: Draft a haiku about queues.", "event: status", "[completed]"],
     "examples/toml-agent/README.md": ["echo: Draft a haiku about queues.", "event: status"],
     "examples/stdio-agent/README.md": ['"name":"get_current_time"', "Europe/Lisbon"],
 }
 
 
 def walkthrough(doc: str) -> str:
-    """The bash blocks of the section of `doc` that starts the offline model."""
+    """The code blocks of the section of `doc` that starts the offline model, as bash
+    (a Python block runs as `python3` in the same session)."""
     sections = re.split(r"\n(?=#+ )", (ROOT / doc).read_text())
     for section in sections:
         blocks = BLOCK.findall(section)
-        if any("agentd fake-llm" in b for b in blocks):
-            return "\n".join(blocks)
+        if any("agentd fake-llm" in code for _, code in blocks):
+            return "\n".join(
+                code if kind == "bash" else f"python3 - <<'PYTHON'\n{code}PYTHON"
+                for kind, code in blocks
+            )
     raise AssertionError(f"{doc}: no section runs `agentd fake-llm`")
 
 
@@ -75,7 +79,11 @@ wait_for() {{  # poll until the URL answers, for at most 60 s
     return prelude + "\n".join(lines) + "\n"
 
 
-@pytest.mark.parametrize("doc", sorted(WALKTHROUGHS))
+@pytest.mark.parametrize(
+    "doc",
+    # The README's walkthrough runs by default; the examples' (much the same) are `slow`.
+    [pytest.param(d, marks=[] if d == "README.md" else [pytest.mark.slow]) for d in WALKTHROUGHS],
+)
 def test_offline_walkthrough_runs_as_written(doc: str, database_url: str, tmp_path: Path) -> None:
     api, llm = free_port(), free_port()
     script = as_test_script(walkthrough(doc), api=api, llm=llm, tmp=tmp_path)
