@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from agentd.testing.fake_llm import FakeLLM, LastMessage, Reply, Rule, ToolCall
 
 SUMMARY = (
@@ -13,7 +16,7 @@ SUMMARY = (
 )
 
 
-def _after(tool: str):  # type: ignore[no-untyped-def]
+def _after(tool: str) -> Callable[[Any], bool]:
     return lambda last: last.role == "tool" and last.tool_name == tool
 
 

@@ -773,7 +773,7 @@ _CALL = re.compile(r"^\s*/call\s+(\S+)\s*(.*)$", re.S)
 
 def _default_reply(last: LastMessage) -> Reply:
     """Echo, or the scripted tool call a `/call NAME {json}` message asks for."""
-    streamed = {"chunk_size": 3, "chunk_delay": 0.05}  # visible token by token on a stream
+    streamed: dict[str, Any] = {"chunk_size": 3, "chunk_delay": 0.05}  # token by token
     if last.role == "tool":
         return Reply(content=f"The tool {last.tool_name or ''} answered: {last.text}", **streamed)
     m = _CALL.match(last.text)

@@ -31,7 +31,9 @@ from agentd.llm.types import (
 NAME = "open_ai"
 
 
-def _render_message(message: Message, strategies: list[str], tally: reasoning.Tally) -> dict:
+def _render_message(
+    message: Message, strategies: list[str], tally: reasoning.Tally
+) -> dict[str, Any]:
     if message.role == "tool":
         return {
             "role": "tool",
