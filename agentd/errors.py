@@ -9,6 +9,7 @@ AgentdError
     UnknownAgent · LoopNotFound · ToolCallNotFound
   Conflict
     InvalidTransition · AlreadyDecided
+  PreconditionFailed · PreconditionRequired
   BadRequest
     InputInvalid
   LimitExceeded
@@ -109,6 +110,20 @@ class AlreadyDecided(Conflict):
     """The tool call was already decided or has started."""
 
     problem_type = "already-decided"
+
+
+class PreconditionFailed(AgentdError):
+    """The resource is no longer at the version given in If-Match."""
+
+    problem_type = "precondition-failed"
+    status = 412
+
+
+class PreconditionRequired(AgentdError):
+    """This change needs an If-Match header naming the version it applies to."""
+
+    problem_type = "precondition-required"
+    status = 428
 
 
 class InputInvalid(BadRequest):

@@ -48,6 +48,43 @@ class ProviderLimitsConfig(BaseModel):
     tpm: int | None = Field(None, ge=1)
 
 
+#: What a `[[webhooks]]` entry may subscribe to (written by the 0013/0014 triggers).
+WEBHOOK_EVENTS = (
+    "loop.completed",
+    "loop.failed",
+    "loop.paused",
+    "loop.stopped",
+    "loop.budget_exceeded",
+    "tool_call.awaiting_approval",
+)
+
+
+class WebhookConfig(BaseModel):
+    """A `[[webhooks]]` entry: where to POST which events, signed per Standard Webhooks.
+
+    The signing secret (`whsec_<base64>`) is read from the env var `secret_env` names by
+    the workers that deliver; it is never stored.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(pattern=r"^https?://\S+$")
+    events: list[str] = Field(min_length=1)
+    secret_env: str = Field(min_length=1)
+    timeout: float = Field(10.0, gt=0, le=300)
+    max_attempts: int = Field(10, ge=1, le=100)
+    retry_base_delay: float = Field(5.0, gt=0)
+    retry_max_delay: float = Field(3600.0, gt=0)
+
+    @field_validator("events")
+    @classmethod
+    def _known_events(cls, v: list[str]) -> list[str]:
+        unknown = [e for e in v if e != "*" and e not in WEBHOOK_EVENTS]
+        if unknown:
+            raise ValueError(f"unknown webhook event(s) {unknown}; known: {list(WEBHOOK_EVENTS)}")
+        return v
+
+
 class Settings(BaseSettings):
     """All agentd settings. Durations are seconds unless said otherwise."""
 
@@ -220,6 +257,7 @@ class Settings(BaseSettings):
     providers: dict[str, ProviderLimitsConfig] = Field(
         default_factory=dict, description="[providers.*]"
     )
+    webhooks: list[WebhookConfig] = Field(default_factory=list, description="[[webhooks]]")
 
     @field_validator("lease_margin", "lease_leak_grace")
     @classmethod
@@ -290,6 +328,9 @@ class Settings(BaseSettings):
             )
         if self.llm_retry_base_delay > self.llm_retry_max_delay:
             raise ValueError("llm_retry_base_delay must be <= llm_retry_max_delay")
+        urls = [w.url for w in self.webhooks]
+        if len(set(urls)) != len(urls):
+            raise ValueError("two [[webhooks]] entries have the same url")
         return self
 
     @classmethod
@@ -316,7 +357,8 @@ class Settings(BaseSettings):
     def redacted(self) -> dict[str, Any]:
         """Settings as a dict with secrets masked (for logs and /admin)."""
         data = self.model_dump(
-            mode="json", exclude={"agents", "mcp_servers", "schedules", "providers"}
+            mode="json",
+            exclude={"agents", "mcp_servers", "schedules", "providers", "webhooks"},
         )
         for key in ("database_url", "database_direct_url"):
             if data.get(key):
@@ -382,7 +424,7 @@ def load_settings(config: str | Path | None = None, **overrides: Any) -> Setting
 def reference_markdown() -> str:
     """The configuration table of docs/configuration.md, generated so it cannot drift."""
     rows = ["| env var | default | meaning |", "|---|---|---|"]
-    skip = {"agents", "mcp_servers", "schedules", "providers", "config"}
+    skip = {"agents", "mcp_servers", "schedules", "providers", "webhooks", "config"}
     for name, field in Settings.model_fields.items():
         if name in skip:
             continue

@@ -16,9 +16,12 @@ from agentd.api import (
     metrics,
     problems,
     routes_approvals,
+    routes_events,
     routes_loops,
     routes_providers,
     routes_schedules,
+    routes_state,
+    routes_webhooks,
     streams,
 )
 from agentd.api.state import AppState
@@ -52,6 +55,9 @@ def create_app(state: AppState) -> FastAPI:
     app.include_router(metrics.router)
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(auth.require_token)])
     v1.include_router(routes_loops.router)
+    v1.include_router(routes_state.router)
+    v1.include_router(routes_events.router)
+    v1.include_router(routes_webhooks.router)
     v1.include_router(streams.router)
     v1.include_router(routes_approvals.router)
     v1.include_router(routes_approvals.agents_router)

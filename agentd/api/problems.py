@@ -33,9 +33,11 @@ _HTTP_TITLES = {
     404: ("not-found", "Not found."),
     405: ("method-not-allowed", "Method not allowed."),
     409: ("conflict", "The request conflicts with the current state."),
+    412: ("precondition-failed", "The resource is not at the version given in If-Match."),
     413: ("payload-too-large", "The request body is too large."),
     415: ("unsupported-media-type", "Unsupported media type."),
     422: ("validation-error", "The request is invalid."),
+    428: ("precondition-required", "This change needs an If-Match header."),
     500: ("internal", "agentd failed."),
     503: ("unavailable", "Temporarily unavailable."),
 }

@@ -12,6 +12,7 @@ from agentd.api import problems
 from agentd.api.routes_loops import BIGINT, app_state
 from agentd.api.schemas import (
     AgentOut,
+    Approval,
     Decision,
     InputAnswer,
     InputRequestOut,
@@ -33,7 +34,11 @@ async def _decide(
     request: Request, tool_call_id: int, approve: bool, body: Decision | None
 ) -> ToolCallOut:
     tc = await app_state(request).lifecycle.decide(
-        tool_call_id, approve=approve, reason=body.reason if body else None, decided_by="api"
+        tool_call_id,
+        approve=approve,
+        reason=body.reason if body else None,
+        decided_by="api",
+        arguments=body.arguments if isinstance(body, Approval) else None,
     )
     return ToolCallOut.of(tc)
 
@@ -42,9 +47,11 @@ async def _decide(
 async def approve(
     tool_call_id: ToolCallId,
     request: Request,
-    body: Annotated[Decision | None, Body()] = None,
+    body: Annotated[Approval | None, Body()] = None,
 ) -> ToolCallOut:
-    """Let a parked call run. Approving an approved call is a no-op; 409 if denied."""
+    """Let a parked call run, as the model asked or with `arguments` a person edited
+    (validated against the tool's input schema: 422 names the path). Approving again is a
+    no-op; 409 if denied, or if approved before with other arguments."""
     return await _decide(request, tool_call_id, True, body)
 
 

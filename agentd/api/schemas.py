@@ -119,6 +119,15 @@ class Decision(_In):
     reason: CleanStr | None = Field(None, max_length=10_000, description="Why (recorded).")
 
 
+class Approval(Decision):
+    arguments: JsonObject | None = Field(
+        None,
+        description="Run the call with these arguments instead of the model's (checked "
+        "against the tool's input schema: 422 names the failing path). The model's are kept "
+        "as `requested_arguments`.",
+    )
+
+
 class InputAnswerItem(_In):
     action: Literal["accept", "decline", "cancel"]
     content: JsonObject | None = Field(
@@ -180,6 +189,9 @@ class LoopOut(BaseModel):
     subject: str | None
     title: str | None
     state: dict[str, Any]
+    state_version: int = Field(
+        1, description="Bumped on every change of `state`; PATCH /state takes it in If-Match."
+    )
     frozen: bool
     observed: bool
     tokens: Tokens
@@ -204,6 +216,7 @@ class LoopOut(BaseModel):
             subject=loop.subject,
             title=loop.title,
             state=loop.state if isinstance(loop.state, dict) else {},
+            state_version=loop.state_version,
             frozen=loop.frozen,
             observed=loop.observed,
             tokens=Tokens(
@@ -247,6 +260,14 @@ class ToolCallOut(BaseModel):
     decided_at: datetime | None
     decided_by: str | None
     decision_reason: str | None
+    requested_arguments: Any = Field(
+        None,
+        description="Set when a person approved other arguments: what the model asked "
+        "(`arguments` then holds the approved ones, which ran and which the model sees).",
+    )
+    approved_arguments: dict[str, Any] | None = Field(
+        None, description="The arguments a person approved in place of the model's."
+    )
     input_status: str | None = Field(
         None, description="pending (an MCP server waits for a person's input), answered, or null."
     )
@@ -274,6 +295,8 @@ class ToolCallOut(BaseModel):
             decided_at=tc.decided_at,
             decided_by=tc.decided_by,
             decision_reason=tc.decision_reason,
+            requested_arguments=tc.requested_arguments,
+            approved_arguments=tc.approved_arguments,
             input_status=tc.input_status,
             input_rounds=tc.input_rounds,
             task_id=tc.task_id,
@@ -382,6 +405,7 @@ def render_messages(msgs: list[Message], calls: list[ToolCall]) -> list[MessageO
 
 class EventOut(BaseModel):
     id: int
+    loop_id: UUID | None = Field(None, description="Null for fleet events (schedules, ...).")
     name: str
     reason: str | None
     message_id: int | None
@@ -399,6 +423,7 @@ class EventOut(BaseModel):
     def of(cls, e: Event) -> EventOut:
         return cls(
             id=e.id,
+            loop_id=e.loop_id,
             name=e.name,
             reason=e.reason,
             message_id=e.message_id,

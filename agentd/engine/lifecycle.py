@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from agentd.db.pool import Connection, Pool, transaction
-from agentd.engine import dispatch, forks, inputs
+from agentd.engine import approval_edits, dispatch, forks, inputs
 from agentd.engine.states import ACTIVE, RESUMABLE, LoopStatus, TransitionReason
 from agentd.errors import (
     AlreadyDecided,
@@ -29,7 +29,7 @@ from agentd.errors import (
 )
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
-from agentd.store import events, jobs, loops, messages, tool_calls
+from agentd.store import events, jobs, loops, mcp, messages, tool_calls
 from agentd.store.models import Loop, NewEvent, ToolCall
 
 DEFAULT_RESUME_FROM = frozenset(
@@ -369,9 +369,17 @@ class Lifecycle:
         approve: bool,
         reason: str | None = None,
         decided_by: str | None = None,
+        arguments: dict[str, Any] | None = None,
     ) -> ToolCall:
-        """Approve or deny a parked tool call. Repeating the same decision is harmless."""
+        """Approve or deny a parked tool call. Repeating the same decision is harmless.
+
+        `arguments` (approve only): run the call with these instead of the model's, checked
+        against the tool's input schema (docs/approvals.md). Approving again with other
+        arguments than the ones that were approved is AlreadyDecided.
+        """
         wanted = "approved" if approve else "denied"
+        if arguments is not None and not approve:
+            raise BadRequest("arguments can only be given when approving")
         async with transaction(self.pool) as conn:
             peek = await tool_calls.get(conn, tool_call_id=tool_call_id)
             if peek is None:
@@ -380,6 +388,11 @@ class Lifecycle:
             tc = await tool_calls.get_for_update(conn, tool_call_id=tool_call_id)
             assert tc is not None
             if tc.approval_status == wanted:
+                if arguments is not None and arguments != tc.arguments:
+                    raise AlreadyDecided(
+                        f"tool call {tool_call_id} was already approved with other arguments",
+                        approval_status=tc.approval_status,
+                    )
                 return tc
             if tc.approval_status != "pending":
                 state = tc.approval_status or (
@@ -388,13 +401,24 @@ class Lifecycle:
                 raise AlreadyDecided(
                     f"tool call {tool_call_id} is {state}", approval_status=tc.approval_status
                 )
-            decided = await tool_calls.decide(
-                conn,
-                tool_call_id=tc.id,
-                approval_status=wanted,
-                decided_by=decided_by,
-                reason=reason,
-            )
+            if arguments is not None and arguments != tc.arguments:
+                tools = await mcp.list_tools(conn, loop_id=loop.id)
+                schema = next((t.input_schema for t in tools if t.name == tc.name), None)
+                decided = await tool_calls.approve_edited(
+                    conn,
+                    tool_call_id=tc.id,
+                    decided_by=decided_by,
+                    reason=reason,
+                    arguments=approval_edits.check(tc.name, schema, arguments),
+                )
+            else:
+                decided = await tool_calls.decide(
+                    conn,
+                    tool_call_id=tc.id,
+                    approval_status=wanted,
+                    decided_by=decided_by,
+                    reason=reason,
+                )
             assert decided is not None
             await self._run_decided(conn, loop, decided, TransitionReason.APPROVAL_DECIDED)
             await events.insert_many(
@@ -405,7 +429,7 @@ class Lifecycle:
                         loop_id=loop.id,
                         tool_call_id=tc.id,
                         reason=TransitionReason.APPROVAL_DECIDED,
-                        log=reason,
+                        log=_decision_log(reason, decided),
                     )
                 ],
             )
@@ -486,6 +510,19 @@ class Lifecycle:
                 },
             )
             return answered
+
+
+def _decision_log(reason: str | None, call: ToolCall) -> str | None:
+    """The event's log: the reason, and for an edited approval both argument sets."""
+    if call.approved_arguments is None:
+        return reason
+    return json.dumps(
+        {
+            "reason": reason,
+            "requested_arguments": call.requested_arguments,
+            "approved_arguments": call.approved_arguments,
+        }
+    )
 
 
 def _awaiting_person(call: ToolCall) -> bool:

@@ -24,6 +24,7 @@ from agentd.engine.reaper import Reaper
 from agentd.engine.runtime import Runtime
 from agentd.engine.scheduler import Scheduler
 from agentd.engine.stream_flusher import StreamFlusher
+from agentd.engine.webhooks import WebhookDeliverer
 from agentd.engine.worker import Worker
 from agentd.observability.metrics import Telemetry
 from agentd.pipeline.stacks import Stacks
@@ -97,6 +98,7 @@ class Engine:
         self.janitor = Janitor(self.settings, self.pool)
         self.lifecycle = Lifecycle(self.pool, self.registry, self.settings)
         self.scheduler = Scheduler(self.settings, self.pool, self.lifecycle)
+        self.webhooks = WebhookDeliverer(self.settings, self.pool, worker_id=self.runtime.worker_id)
         maintains = "maintenance" in self.queues
         self.telemetry.watch(
             pool=self.pool,
@@ -111,7 +113,9 @@ class Engine:
         return self.runtime.worker_id
 
     def _on_notify(self, channel: str, payload: str) -> None:
-        if channel == "agentd_jobs":
+        if channel == "agentd_jobs" and payload == "webhook":
+            self.webhooks.wake()
+        elif channel == "agentd_jobs":
             self.worker.wake(payload)
         elif channel == "agentd_control":
             self.worker.on_control(payload)
@@ -119,6 +123,8 @@ class Engine:
     async def run(self, stop: asyncio.Event) -> None:
         if "maintenance" in self.queues and self.settings.schedules:
             await self.scheduler.sync_config(self.settings.schedules)
+        if "maintenance" in self.queues:
+            await self.webhooks.sync_config()  # a missing secret stops the start here
         await self.renewer.connect()
         missing = await unconsumed_queues(self.pool)
         if missing:
@@ -145,6 +151,7 @@ class Engine:
                     tg.create_task(self.reaper.run(services_stop), name="reaper")
                     tg.create_task(self.janitor.run(services_stop), name="janitor")
                     tg.create_task(self.scheduler.run(services_stop), name="scheduler")
+                    tg.create_task(self.webhooks.run(services_stop), name="webhooks")
                 self.started.set()
 
                 async def work() -> None:

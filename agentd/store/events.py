@@ -56,6 +56,34 @@ async def list_(
     ]
 
 
+async def list_feed(
+    conn: Connection,
+    *,
+    after_id: int = 0,
+    loop_id: UUID | None = None,
+    agent: str | None = None,
+    names: Sequence[str] | None = None,
+    limit: int = 100,
+    settle: float = 1.0,
+) -> list[Event]:
+    """Events of every loop after `after_id`, oldest first, each filter optional; events
+    younger than `settle` seconds are held back (see `event_list_feed`)."""
+    rows = await conn.fetch(
+        sql("event_list_feed"),
+        after_id,
+        loop_id,
+        agent,
+        list(names) if names is not None else None,
+        limit,
+        settle,
+    )
+    return [Event.from_record(r) for r in rows]
+
+
+async def max_id(conn: Connection) -> int:
+    return int(await conn.fetchval(sql("event_max_id")))
+
+
 async def prune(conn: Connection, *, cutoff: datetime, batch: int) -> int:
     return int(await conn.fetchval(sql("event_prune"), cutoff, batch))
 

@@ -49,6 +49,13 @@ async def get_for_update(conn: Connection, *, loop_id: UUID) -> Loop | None:
     return _loop(await conn.fetchrow(sql("loop_get_for_update"), loop_id))
 
 
+async def set_state(
+    conn: Connection, *, loop_id: UUID, state_version: int, state: dict[str, Any]
+) -> Loop | None:
+    """Replace the state if it is still at `state_version` (None: the fence is lost)."""
+    return _loop(await conn.fetchrow(sql("loop_set_state"), loop_id, state_version, state))
+
+
 async def list_(
     conn: Connection,
     *,

@@ -88,6 +88,7 @@ class Loop(_Row):
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
     concurrency_held: bool = False  # holds one of its key's slots (docs/limits.md)
+    state_version: int = 1  # 0014: bumped on every change of state (the PATCH ETag)
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,9 @@ class ToolCall(_Row):
     input_answered_by: str | None = None
     task_id: str | None = None
     task_state: dict[str, Any] | None = None
+    # 0013: approved with edits (`arguments` then holds the approved ones)
+    requested_arguments: Any = None
+    approved_arguments: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,22 @@ async def decide(
     )
 
 
+async def approve_edited(
+    conn: Connection,
+    *,
+    tool_call_id: int,
+    decided_by: str | None,
+    reason: str | None,
+    arguments: dict[str, Any],
+) -> ToolCall | None:
+    """Approve a pending call with a person's arguments (the model's are kept)."""
+    return _tc(
+        await conn.fetchrow(
+            sql("tool_call_approve_edited"), tool_call_id, decided_by, reason, arguments
+        )
+    )
+
+
 async def revoke_leases(conn: Connection, *, loop_id: UUID) -> None:
     await conn.execute(sql("tool_call_revoke_leases"), loop_id)
 

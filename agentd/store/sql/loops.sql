@@ -387,3 +387,11 @@ SELECT u.id, (SELECT id FROM j) AS job_id FROM u;
 UPDATE loops SET concurrency_key = $2, concurrency_limit = $3
 WHERE id = $1 AND NOT concurrency_held
 RETURNING *;
+
+-- name: loop_set_state :one
+-- Lifecycle.patch_state under the loop lock; fence: the state version the writer read
+-- (the 0014 trigger bumps it when the state actually changes).
+-- $1 id uuid · $2 state_version bigint · $3 state jsonb
+UPDATE loops SET state = $3, updated_at = now()
+WHERE id = $1 AND state_version = $2
+RETURNING *;

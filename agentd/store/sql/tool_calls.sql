@@ -308,3 +308,15 @@ WITH u AS (
     SELECT 'tool', 'tool_call', loop_id, id, $5, now() + make_interval(secs => $6) FROM u
 )
 SELECT * FROM u;
+
+-- name: tool_call_approve_edited :one
+-- Lifecycle.decide under the loop lock: approve a pending call with a person's arguments.
+-- They become `arguments` (what runs and what the model sees as its call); the model's own
+-- are kept in requested_arguments (invalid JSON it sent: its raw text, as a JSON string).
+-- $1 id bigint · $2 decided_by text · $3 reason text · $4 arguments jsonb
+UPDATE tool_calls
+SET approval_status = 'approved', decided_at = now(), decided_by = $2, decision_reason = $3,
+    requested_arguments = coalesce(arguments, to_jsonb(arguments_raw)),
+    approved_arguments = $4, arguments = $4, status = 'pending', updated_at = now()
+WHERE id = $1 AND approval_status = 'pending'
+RETURNING *;

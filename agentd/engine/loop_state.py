@@ -1,0 +1,90 @@
+"""Writable loop state: a person or a program edits `loops.state` between turns.
+
+Guarantee: a patch applies (RFC 7396 JSON merge patch) only to the version its writer
+names (`If-Match`), under the loop's row lock, so two writers can never lose each other's
+change; an actual change bumps `state_version` (the 0014 trigger) and records a
+`loop.state_changed` event with the patch and both versions in the same transaction.
+The next turn reads the new state at its claim.
+Tolerates: concurrent patches (they serialize on the row lock; the loser gets 412).
+Never: writes while a turn may be reading the state (queued, running: 409).
+Called by: the API (PATCH /v1/loops/{id}/state), the admin UI.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from agentd.db.pool import Pool, transaction
+from agentd.engine.states import LoopStatus
+from agentd.errors import InputInvalid, InvalidTransition, LoopNotFound, PreconditionFailed
+from agentd.store import events, loops
+from agentd.store.models import Loop, NewEvent
+
+#: A turn (or its tool calls) reads the state: changing it under them is refused.
+BUSY = frozenset({LoopStatus.QUEUED, LoopStatus.RUNNING})
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7396: objects merge recursively, null deletes a member, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+async def patch(
+    pool: Pool, loop_id: uuid.UUID, body: Any, *, if_match: int | None, by: str = "api"
+) -> tuple[Loop, bool]:
+    """Apply `body` to the loop's state at version `if_match` (None: `*`, any version).
+
+    Returns the loop and whether the state changed (a patch that changes nothing writes
+    nothing and keeps the version).
+    """
+    if not isinstance(body, dict):
+        raise InputInvalid(
+            "the merge patch must be a JSON object (loop state is an object)",
+            errors=[{"field": "body", "message": "must be an object"}],
+        )
+    async with transaction(pool) as conn:
+        loop = await loops.get_for_update(conn, loop_id=loop_id)
+        if loop is None:
+            raise LoopNotFound(f"no loop {loop_id}")
+        if if_match is not None and loop.state_version != if_match:
+            raise PreconditionFailed(
+                f"state is at version {loop.state_version}, not {if_match}",
+                current_version=loop.state_version,
+            )
+        if loop.status in BUSY:
+            raise InvalidTransition(
+                f"loop {loop_id} is {loop.status}: its turn reads the state; patch it while "
+                "the loop is at rest, waiting or paused",
+                current_status=loop.status,
+            )
+        current = loop.state if isinstance(loop.state, dict) else {}
+        merged = merge_patch(current, body)
+        if merged == current:
+            return loop, False
+        row = await loops.set_state(
+            conn, loop_id=loop.id, state_version=loop.state_version, state=merged
+        )
+        assert row is not None  # under the row lock, at the version just read
+        log = json.dumps(
+            {
+                "patch": body,
+                "from_version": loop.state_version,
+                "to_version": row.state_version,
+                "by": by,
+            }
+        )
+        await events.insert_many(
+            conn,
+            [NewEvent(name="loop.state_changed", loop_id=loop.id, reason="state_patched", log=log)],
+        )
+        return row, True
