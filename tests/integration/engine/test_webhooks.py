@@ -1,0 +1,264 @@
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pytest
+
+from agentd.api.app import create_app
+from agentd.api.state import AppState
+from agentd.db.pool import Pool, connection
+from agentd.engine.webhooks import WebhookDeliverer
+from agentd.errors import ConfigError
+from agentd.registry import AgentRegistry
+from agentd.settings import WebhookConfig
+from agentd.store import webhooks
+from agentd.testing import agents, factories
+from agentd.testing.engine import eventually, fast_settings, running_engine
+from agentd.testing.fake_llm import FakeLLM, Reply, Rule, ToolCall
+from agentd.testing.webhook_receiver import WebhookReceiver, new_secret
+
+SECRET_ENV = "AGENTD_TEST_WEBHOOK_SECRET"
+TOKEN = "operator-token-for-tests"
+
+
+@pytest.fixture
+def secret(monkeypatch: pytest.MonkeyPatch) -> str:
+    value = new_secret()
+    monkeypatch.setenv(SECRET_ENV, value)
+    return value
+
+
+def _settings(url: str, events: list[str], **kw: object):  # type: ignore[no-untyped-def]
+    hook = WebhookConfig(url=url, events=events, secret_env=SECRET_ENV, retry_base_delay=0.05, **kw)
+    return fast_settings(webhooks=[hook])
+
+
+async def _deliveries(pool: Pool) -> list[webhooks.Delivery]:
+    async with connection(pool) as conn:
+        return list(reversed(await webhooks.list_(conn)))
+
+
+async def test_approval_and_completion_are_delivered_signed_once_each(
+    pool: Pool, database_url: str, secret: str
+) -> None:
+    registry = agents.registry()
+    async with FakeLLM() as fake, WebhookReceiver(secret) as rx:
+        fake.add(
+            Rule(
+                match=lambda last: last.role == "user",
+                reply=Reply(tool_calls=[ToolCall("refund", {"amount": 5})]),
+            )
+        )
+        fake.add(Rule(match=lambda last: last.role == "tool", reply=Reply(content="done")))
+        settings = _settings(rx.url, ["loop.completed", "tool_call.awaiting_approval"])
+        async with running_engine(pool, database_url, registry, settings=settings) as engine:
+            loop = await engine.lifecycle.start(
+                agent="calc", message="refund", state={"llm": fake.base_url}
+            )
+            (first,) = await rx.wait_for_ids(1)
+            body = rx.first(first).body
+            assert body is not None and body["type"] == "tool_call.awaiting_approval"
+            assert body["data"]["loop_id"] == str(loop.id) and body["data"]["name"] == "refund"
+            await engine.lifecycle.decide(body["data"]["tool_call_id"], approve=True)
+            ids = await rx.wait_for_ids(2)
+    done = rx.first(ids[1]).body
+    assert done is not None and done["type"] == "loop.completed"
+    assert done["data"]["status"] == "completed" and done["data"]["agent"] == "calc"
+    assert all(a.verified for a in rx.arrivals)
+    assert sorted(rx.counts().values()) == [1, 1]
+    headers = rx.first(ids[0]).headers
+    assert headers["webhook-signature"].startswith("v1,")
+    assert headers["webhook-id"].startswith("msg_") and headers["webhook-timestamp"].isdigit()
+    rows = await _deliveries(pool)
+    assert [(d.event_type, d.status, d.attempts) for d in rows] == [
+        ("tool_call.awaiting_approval", "delivered", 1),
+        ("loop.completed", "delivered", 1),
+    ]
+    assert [d.message_id for d in rows] == ids
+
+
+async def test_a_failing_receiver_gets_retries_with_the_same_webhook_id(
+    pool: Pool, secret: str
+) -> None:
+    async with WebhookReceiver(secret, fail_first=2) as rx:
+        settings = _settings(rx.url, ["loop.paused"])
+        deliverer = WebhookDeliverer(settings, pool, worker_id=uuid.uuid4())
+        await deliverer.sync_config()
+        async with connection(pool) as conn:
+            row = await factories.loop(conn, status="running")
+            await factories.set_loop(conn, row.id, status="paused")
+        deliverer.http = httpx.AsyncClient()
+        try:
+            reports = []
+            for _ in range(50):
+                reports.append(await deliverer.deliver_once())
+                if reports[-1].delivered:
+                    break
+                await eventually(lambda: _due(pool), within=5)
+        finally:
+            await deliverer.http.aclose()
+    assert sum(r.retried for r in reports) == 2 and sum(r.delivered for r in reports) == 1
+    (only,) = rx.counts().keys()
+    assert rx.counts()[only] == 3  # the same id on all three attempts
+    (d,) = await _deliveries(pool)
+    assert d.status == "delivered" and d.attempts == 3 and d.message_id == only
+    assert d.last_status == 204
+
+
+async def _due(pool: Pool) -> bool:
+    async with connection(pool) as conn:
+        return bool(
+            await conn.fetchval(
+                "SELECT count(*) FROM webhook_deliveries "
+                "WHERE status = 'pending' AND next_attempt_at <= now()"
+            )
+        )
+
+
+async def test_out_of_attempts_is_failed_and_a_resend_delivers_it_with_the_same_id(
+    pool: Pool, database_url: str, secret: str
+) -> None:
+    async with WebhookReceiver(secret, fail_first=1) as rx:
+        settings = _settings(rx.url, ["loop.failed"], max_attempts=1)
+        deliverer = WebhookDeliverer(settings, pool, worker_id=uuid.uuid4())
+        await deliverer.sync_config()
+        async with connection(pool) as conn:
+            row = await factories.loop(conn, status="running")
+            await factories.set_loop(conn, row.id, status="failed")
+        deliverer.http = httpx.AsyncClient()
+        try:
+            report = await deliverer.deliver_once()
+            assert report.failed == 1
+            (d,) = await _deliveries(pool)
+            assert d.status == "failed" and d.last_status == 500 and "HTTP 500" in d.last_error
+            state = AppState.create(
+                settings=settings,
+                pool=pool,
+                registry=agents.registry(),
+                database_url=database_url,
+                api_token=TOKEN,
+            )
+            api = httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=create_app(state)),
+                base_url="http://agentd.test",
+                headers={"Authorization": f"Bearer {TOKEN}"},
+            )
+            async with api:
+                listed = (await api.get("/v1/webhook-deliveries?status=failed")).json()
+                assert [x["id"] for x in listed["items"]] == [d.id]
+                r = await api.post(f"/v1/webhook-deliveries/{d.id}/resend")
+                assert r.status_code == 200 and r.json()["status"] == "pending"
+                assert (await api.post("/v1/webhook-deliveries/999999/resend")).status_code == 404
+                endpoints = (await api.get("/v1/webhooks")).json()["items"]
+                assert endpoints[0]["secret_env"] == SECRET_ENV
+                assert secret not in str(endpoints)
+            assert (await deliverer.deliver_once()).delivered == 1
+        finally:
+            await deliverer.http.aclose()
+    assert list(rx.counts().values()) == [2]
+    (d,) = await _deliveries(pool)
+    assert d.status == "delivered" and d.attempts == 2
+
+
+async def test_budget_exceeded_is_its_own_event_besides_paused(pool: Pool, secret: str) -> None:
+    async with WebhookReceiver(secret) as rx:
+        settings = _settings(rx.url, ["loop.budget_exceeded"])
+        deliverer = WebhookDeliverer(settings, pool, worker_id=uuid.uuid4())
+        await deliverer.sync_config()
+        async with connection(pool) as conn:
+            a = await factories.loop(conn, status="running")
+            b = await factories.loop(conn, status="running")
+            await factories.set_loop(conn, a.id, status="paused", status_reason="paused_by_user")
+            await factories.set_loop(
+                conn, b.id, status="paused", status_reason="token_budget_exceeded"
+            )
+        rows = await _deliveries(pool)
+    assert [(d.event_type, d.loop_id) for d in rows] == [("loop.budget_exceeded", b.id)]
+
+
+async def test_unsubscribed_and_removed_endpoints_get_no_deliveries(
+    pool: Pool, secret: str
+) -> None:
+    settings = _settings("http://127.0.0.1:9/hook", ["loop.completed"])
+    await WebhookDeliverer(settings, pool, worker_id=uuid.uuid4()).sync_config()
+    async with connection(pool) as conn:
+        row = await factories.loop(conn, status="running")
+        await factories.set_loop(conn, row.id, status="stopped")  # not subscribed
+    assert await _deliveries(pool) == []
+    await WebhookDeliverer(fast_settings(), pool, worker_id=uuid.uuid4()).sync_config()
+    async with connection(pool) as conn:
+        (endpoint,) = await webhooks.list_endpoints(conn)
+        assert endpoint.enabled is False
+        row = await factories.loop(conn, status="running")
+        await factories.set_loop(conn, row.id, status="completed")
+    assert await _deliveries(pool) == []
+
+
+async def test_a_missing_secret_stops_the_engine_at_start(
+    pool: Pool, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    settings = _settings("http://127.0.0.1:9/hook", ["loop.completed"])
+    with pytest.raises(ConfigError, match=SECRET_ENV):
+        async with running_engine(pool, database_url, AgentRegistry(), settings=settings):
+            pass
+
+
+async def test_a_live_lease_is_not_claimed_twice(pool: Pool, secret: str) -> None:
+    settings = _settings("http://127.0.0.1:9/hook", ["loop.completed"])
+    async with connection(pool) as conn:
+        holder = await factories.worker(conn)
+    d1 = WebhookDeliverer(settings, pool, worker_id=holder)
+    await d1.sync_config()
+    async with connection(pool) as conn:
+        row = await factories.loop(conn, status="running")
+        await factories.set_loop(conn, row.id, status="completed")
+        ids = list(d1.targets)
+        first = await webhooks.claim(
+            conn,
+            endpoint_ids=ids,
+            lease_token=uuid.uuid4(),
+            worker_id=holder,
+            lease_seconds=30,
+            limit=10,
+        )
+        second = await webhooks.claim(
+            conn,
+            endpoint_ids=ids,
+            lease_token=uuid.uuid4(),
+            worker_id=uuid.uuid4(),
+            lease_seconds=30,
+            limit=10,
+        )
+    assert len(first) == 1 and second == []
+
+
+async def test_a_dead_workers_lease_is_taken_over_at_once(pool: Pool, secret: str) -> None:
+    settings = _settings("http://127.0.0.1:9/hook", ["loop.completed"])
+    async with connection(pool) as conn:
+        dead = await factories.worker(conn, dead=True)
+    d1 = WebhookDeliverer(settings, pool, worker_id=dead)
+    await d1.sync_config()
+    async with connection(pool) as conn:
+        row = await factories.loop(conn, status="running")
+        await factories.set_loop(conn, row.id, status="completed")
+        ids = list(d1.targets)
+        (first,) = await webhooks.claim(
+            conn,
+            endpoint_ids=ids,
+            lease_token=uuid.uuid4(),
+            worker_id=dead,
+            lease_seconds=300,
+            limit=10,
+        )
+        (again,) = await webhooks.claim(
+            conn,
+            endpoint_ids=ids,
+            lease_token=uuid.uuid4(),
+            worker_id=uuid.uuid4(),
+            lease_seconds=300,
+            limit=10,
+        )
+    assert again.id == first.id and again.message_id == first.message_id
+    assert again.attempts == 2
