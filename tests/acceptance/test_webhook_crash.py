@@ -1,0 +1,81 @@
+"""A worker SIGKILLed mid-delivery: every webhook still arrives, with its own webhook-id.
+
+What is asserted, precisely: the receiver verifies every request's Standard Webhooks
+signature and records each arrival by `webhook-id`. Its deduped record holds exactly one
+id per loop completion (3). Every id that reached the receiver while it held requests
+(sent by the worker that was then killed, never answered) arrived exactly twice: once from
+the killed worker and once re-sent by the next one with the SAME id; every other id arrived
+exactly once. Each delivery row ends `delivered`, with one attempt more per re-send.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from agentd.db.pool import Pool, connection
+from agentd.engine.lifecycle import Lifecycle
+from agentd.testing import agents
+from agentd.testing.fake_llm import FakeLLM, Reply, Rule
+from agentd.testing.webhook_receiver import WebhookReceiver, new_secret
+
+from ._procs import fleet, lifecycle_settings, poll
+
+pytestmark = pytest.mark.slow
+
+
+async def test_sigkill_mid_delivery_redelivers_each_held_webhook_once_with_the_same_id(
+    tmp_path: Path, pool: Pool, database_url: str
+) -> None:
+    secret = new_secret()
+    lifecycle = Lifecycle(pool, agents.registry(), lifecycle_settings())
+    async with (
+        FakeLLM() as fake,
+        WebhookReceiver(secret, hold=True) as rx,
+        fleet(tmp_path, database_url) as f,
+    ):
+        fake.add(Rule(match=lambda last: True, reply=Reply(content="done")))
+        config = tmp_path / "agentd.toml"
+        config.write_text(
+            config.read_text() + f'\n[[webhooks]]\nurl = "{rx.url}"\nevents = ["loop.completed"]\n'
+            'secret_env = "HOOK_SECRET"\ntimeout = 30\nretry_base_delay = 0.1\n'
+        )
+        first = await f.worker("worker-1", pool, HOOK_SECRET=secret)
+        loop_ids: list[uuid.UUID] = []
+        for i in range(3):
+            loop = await lifecycle.start(
+                agent="calc", message=f"hi {i}", state={"llm": fake.base_url}
+            )
+            loop_ids.append(loop.id)
+        await rx.wait_for(lambda: len(rx.arrivals) >= 1, within=30)
+        first.kill9()  # mid-delivery: the receiver has not answered anything yet
+        await first.exited(within=10)
+        held = set(rx.ids)
+        rx.release()
+        await f.worker("worker-2", pool, HOOK_SECRET=secret)
+
+        async def all_delivered() -> bool:
+            async with connection(pool) as conn:
+                n = await conn.fetchval(
+                    "SELECT count(*) FROM webhook_deliveries WHERE status = 'delivered'"
+                )
+            return n == 3
+
+        await poll(all_delivered, within=60, what="three deliveries delivered")
+
+    assert all(a.verified for a in rx.arrivals)
+    assert len(rx.ids) == 3  # one distinct webhook-id per completed loop
+    bodies = [rx.first(i).body for i in rx.ids]
+    assert sorted(b["data"]["loop_id"] for b in bodies if b) == sorted(map(str, loop_ids))
+    counts = rx.counts()
+    assert held and all(counts[i] == 2 for i in held), (held, counts)
+    assert all(counts[i] == 1 for i in rx.ids if i not in held), (held, counts)
+    async with connection(pool) as conn:
+        rows = await conn.fetch("SELECT message_id, status, attempts FROM webhook_deliveries")
+    assert {r["message_id"] for r in rows} == set(rx.ids)
+    assert all(r["status"] == "delivered" for r in rows)
+    assert {r["message_id"]: r["attempts"] for r in rows} == {
+        i: 2 if i in held else 1 for i in rx.ids
+    }
