@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from agentd.admin import auth, dashboard, inspector, live, login, loops, render
+from agentd.admin import auth, dashboard, inspector, live, login, loops, render, webhooks
 from agentd.api.state import AppState
 
 PREFIX = "/admin"
@@ -26,7 +26,7 @@ def mount(app: FastAPI, state: AppState) -> None:
     app.add_exception_handler(auth.AdminDenied, render.on_denied)
 
     app.include_router(login.router)
-    for private in (dashboard.router, loops.router, inspector.router):
+    for private in (dashboard.router, loops.router, inspector.router, webhooks.router):
         app.include_router(private, dependencies=[Depends(auth.require_session)])
 
     app.mount(

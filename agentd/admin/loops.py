@@ -397,14 +397,34 @@ async def _decide(request: Request, tool_call_id: str, decision: str) -> Respons
         )
     back = f"/admin/loops/{call.loop_id}"
     form = await request.form()
+    arguments = None
+    text = _field(form, "arguments") if decision == "approve" else ""
+    if text:
+        # The approve form always carries the arguments (prefilled with the model's): equal
+        # ones are a plain approval, edited ones are checked against the tool's schema.
+        try:
+            arguments = json.loads(text)
+        except ValueError:
+            return render.redirect(request, back, flash=("error", "Arguments are not JSON."))
+        if not isinstance(arguments, dict):
+            return render.redirect(
+                request, back, flash=("error", "Arguments must be a JSON object.")
+            )
     try:
-        await state.lifecycle.decide(
+        decided = await state.lifecycle.decide(
             call.id,
             approve=decision == "approve",
             reason=_field(form, "reason") or None,
             decided_by="admin",
+            arguments=arguments,
         )
     except AgentdError as exc:
         return render.redirect(request, back, flash=("error", exc.message))
+    if decided.approved_arguments is not None and arguments is not None:
+        return render.redirect(
+            request,
+            back,
+            flash=("ok", f"Approved {call.name} (call {call.id}) with edited arguments."),
+        )
     verb = "Approved" if decision == "approve" else "Denied"
     return render.redirect(request, back, flash=("ok", f"{verb} {call.name} (call {call.id})."))

@@ -25,6 +25,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from agentd.testing.engine import eventually
+
 
 def new_secret() -> str:
     """A Standard Webhooks secret: `whsec_` + base64 of 24 random bytes."""
@@ -123,9 +125,12 @@ class WebhookReceiver:
         )
         self._server = Server(config)
         self._task = asyncio.create_task(self._server.serve())
-        async with asyncio.timeout(10):
-            while not self._server.started:
-                await asyncio.sleep(0.01)
+        server = self._server
+
+        async def started() -> bool:
+            return bool(server.started)
+
+        await eventually(started, within=10)
         port = self._server.servers[0].sockets[0].getsockname()[1]
         self.url = f"http://{self.host}:{port}/hook"
         return self

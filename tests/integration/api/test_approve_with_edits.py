@@ -62,7 +62,7 @@ async def test_approve_with_edited_arguments_runs_them_and_the_model_sees_the_ed
         await eventually(lambda: _is(client, lid, "completed"))
 
     # The tool ran once, with the person's arguments, under the call's own idempotency key.
-    assert CALLS == [{"tool": "refund", "amount": 10, "key": f"agentd:tool_call:{call['id']}"}]
+    assert [{"tool": "refund", "amount": 10, "key": f"agentd:tool_call:{call['id']}"}] == CALLS
     # The transcript keeps both; the model's next request shows the edited call.
     msgs = (await client.get(f"/v1/loops/{lid}/messages")).json()["items"]
     (tc,) = msgs[1]["tool_calls"]

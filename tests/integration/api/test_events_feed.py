@@ -114,20 +114,22 @@ async def test_sse_sends_ids_and_resumes_after_last_event_id(
             "Last-Event-ID": str(ids[1]),
         }
         got: list[tuple[int, str, dict]] = []
-        async with httpx.AsyncClient(base_url=base, timeout=10) as http:
-            async with http.stream("GET", "/v1/events", headers=headers) as resp:
-                assert resp.status_code == 200
-                assert resp.headers["content-type"].startswith("text/event-stream")
-                frame: dict[str, str] = {}
-                async for line in resp.aiter_lines():
-                    if line.startswith(("id:", "event:", "data:")):
-                        key, _, value = line.partition(":")
-                        frame[key] = value.strip()
-                    elif line == "" and "id" in frame:
-                        got.append((int(frame["id"]), frame["event"], json.loads(frame["data"])))
-                        frame = {}
-                        if len(got) == 2:
-                            break
+        async with (
+            httpx.AsyncClient(base_url=base, timeout=10) as http,
+            http.stream("GET", "/v1/events", headers=headers) as resp,
+        ):
+            assert resp.status_code == 200
+            assert resp.headers["content-type"].startswith("text/event-stream")
+            frame: dict[str, str] = {}
+            async for line in resp.aiter_lines():
+                if line.startswith(("id:", "event:", "data:")):
+                    key, _, value = line.partition(":")
+                    frame[key] = value.strip()
+                elif line == "" and "id" in frame:
+                    got.append((int(frame["id"]), frame["event"], json.loads(frame["data"])))
+                    frame = {}
+                    if len(got) == 2:
+                        break
     assert [g[0] for g in got] == ids[2:]
     assert [g[1] for g in got] == ["loop.failed", "loop.completed"]
     assert got[0][2]["id"] == ids[2] and got[0][2]["reason"] == "turn_failed"
@@ -144,16 +146,18 @@ async def test_sse_without_a_position_tails_from_now(
             "Authorization": "Bearer operator-token-for-tests",
             "Accept": "text/event-stream",
         }
-        async with httpx.AsyncClient(base_url=base, timeout=15) as http:
-            async with http.stream("GET", "/v1/events", headers=headers) as resp:
-                lines = resp.aiter_lines()
-                assert (await anext(lines)).startswith(":")  # the stream is open
-                async with connection(pool) as conn:
-                    await events.insert_many(conn, [NewEvent(name="loop.stopped")])
-                event = None
-                async with asyncio.timeout(10):
-                    async for line in lines:
-                        if line.startswith("event:"):
-                            event = line.partition(":")[2].strip()
-                            break
+        async with (
+            httpx.AsyncClient(base_url=base, timeout=15) as http,
+            http.stream("GET", "/v1/events", headers=headers) as resp,
+        ):
+            lines = resp.aiter_lines()
+            assert (await anext(lines)).startswith(":")  # the stream is open
+            async with connection(pool) as conn:
+                await events.insert_many(conn, [NewEvent(name="loop.stopped")])
+            event = None
+            async with asyncio.timeout(10):
+                async for line in lines:
+                    if line.startswith("event:"):
+                        event = line.partition(":")[2].strip()
+                        break
     assert event == "loop.stopped"  # the four seeded events were not replayed
