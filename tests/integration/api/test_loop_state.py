@@ -191,3 +191,15 @@ async def test_the_next_turn_reads_the_patched_state(
 
 async def _status_is(client: httpx.AsyncClient, lid: str, status: str) -> bool:
     return (await client.get(f"/v1/loops/{lid}")).json()["status"] == status
+
+
+async def test_any_write_of_state_bumps_the_version_so_if_match_sees_it(
+    client: httpx.AsyncClient, pool: Pool
+) -> None:
+    lid = await _loop(pool, state={"a": 1})
+    async with connection(pool) as conn:
+        # Another writer (the engine, an older release) that knows nothing of versions.
+        await conn.execute("UPDATE loops SET state = '{\"a\": 2}' WHERE id = $1::uuid", lid)
+        await conn.execute("UPDATE loops SET state = '{\"a\": 2}' WHERE id = $1::uuid", lid)
+    assert (await client.get(f"/v1/loops/{lid}/state")).json() == {"state": {"a": 2}, "version": 2}
+    assert (await _patch(client, lid, {"a": 3}, '"1"')).status_code == 412
