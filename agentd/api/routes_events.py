@@ -87,8 +87,8 @@ async def list_events(
         str | None, Header(alias="Last-Event-ID", max_length=100, include_in_schema=False)
     ] = None,
 ) -> Page[EventOut] | StreamingResponse:
-    """Oldest first. JSON: pass `next_cursor` back as `after` (it is set on every page
-    that returned events, so a client can keep polling). SSE: one `event: <name>` per
+    """Oldest first. JSON: pass `next_cursor` back as `after`; it is null once you are
+    caught up (poll again later from your last event's id). SSE: one `event: <name>` per
     event, `data:` the JSON event, `id:` its id; reconnect with `Last-Event-ID`."""
     names = _types(types)
     pool = app_state(request).pool
@@ -105,7 +105,7 @@ async def list_events(
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
     async with connection(pool) as conn:
-        rows = await events.list_feed(
+        page = await events.read_feed(
             conn,
             after_id=after or 0,
             loop_id=loop,
@@ -114,8 +114,10 @@ async def list_events(
             limit=limit,
             settle=SETTLE_SECONDS,
         )
-    nxt = str(rows[-1].id) if rows else (str(after) if after else None)
-    return Page[EventOut](items=[EventOut.of(e) for e in rows], next_cursor=nxt)
+    return Page[EventOut](
+        items=[EventOut.of(e) for e in page.events],
+        next_cursor=str(page.position) if page.more else None,
+    )
 
 
 async def _sse(
@@ -126,8 +128,8 @@ async def _sse(
     idle = 0.0
     yield ": agentd events\n\n"
     while True:
-        async with connection(pool) as conn:  # held for one query, never while waiting
-            rows = await events.list_feed(
+        async with connection(pool) as conn:  # held for one read, never while waiting
+            page = await events.read_feed(
                 conn,
                 after_id=cursor,
                 loop_id=loop,
@@ -136,11 +138,13 @@ async def _sse(
                 limit=SSE_BATCH,
                 settle=SETTLE_SECONDS,
             )
+        rows = page.events
         for e in rows:
             data = EventOut.of(e).model_dump_json()
             yield f"id: {e.id}\nevent: {e.name}\ndata: {data}\n\n"
-            cursor = e.id
-        if len(rows) == SSE_BATCH:
+        # Past ids that matched nothing too: a rare filter does not rescan them each poll.
+        cursor = page.position
+        if page.more:
             continue
         if await request.is_disconnected():
             return

@@ -8,6 +8,7 @@ Called by: engine pipelines, lifecycle, the MCP endpoint, janitor.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
@@ -56,7 +57,20 @@ async def list_(
     ]
 
 
-async def list_feed(
+@dataclass(frozen=True)
+class FeedPage:
+    events: list[Event]
+    position: int  # every id up to here was considered: resume after it
+    more: bool  # False: caught up with what may be served now
+
+
+#: Ids one feed query scans, and windows one read may scan before it answers: a filter
+#: that matches rarely costs bounded work per request, and the position still advances.
+FEED_WINDOW = 10_000
+FEED_MAX_WINDOWS = 20
+
+
+async def read_feed(
     conn: Connection,
     *,
     after_id: int = 0,
@@ -65,19 +79,25 @@ async def list_feed(
     names: Sequence[str] | None = None,
     limit: int = 100,
     settle: float = 1.0,
-) -> list[Event]:
+) -> FeedPage:
     """Events of every loop after `after_id`, oldest first, each filter optional; events
-    younger than `settle` seconds are held back (see `event_list_feed`)."""
-    rows = await conn.fetch(
-        sql("event_list_feed"),
-        after_id,
-        loop_id,
-        agent,
-        list(names) if names is not None else None,
-        limit,
-        settle,
-    )
-    return [Event.from_record(r) for r in rows]
+    younger than `settle` seconds are held back (see `event_feed_horizon`)."""
+    horizon = int(await conn.fetchval(sql("event_feed_horizon"), settle))
+    found: list[Event] = []
+    pos = after_id
+    names_arg = list(names) if names is not None else None
+    for _ in range(FEED_MAX_WINDOWS):
+        if pos >= horizon:
+            return FeedPage(found, max(pos, after_id), more=False)
+        upto = min(horizon, pos + FEED_WINDOW)
+        rows = await conn.fetch(
+            sql("event_list_feed"), pos, upto, loop_id, agent, names_arg, limit - len(found)
+        )
+        found.extend(Event.from_record(r) for r in rows)
+        if len(found) >= limit:
+            return FeedPage(found, found[-1].id, more=True)
+        pos = upto
+    return FeedPage(found, pos, more=pos < horizon)
 
 
 async def max_id(conn: Connection) -> int:

@@ -70,21 +70,28 @@ SELECT * FROM events WHERE inbound_session_id = $1 AND id > $2 ORDER BY id LIMIT
 SELECT pg_notify('agentd_stream', p) FROM unnest($1::text[]) AS p;
 
 -- name: event_list_feed :many
--- API fleet feed (GET /v1/events); keyset by id on the primary key (or events_loop with a
--- loop), every filter optional; no fence. Ids are taken at insert but become visible at
--- commit, so a reader that moved past a young id could skip a lower one committing later:
--- the feed stops short of the oldest event younger than $6 seconds (a range scan of
--- events_created), and so skips nothing whose transaction lasted less than that.
--- $1 after_id bigint · $2 loop_id uuid|null · $3 agent text|null · $4 names text[]|null · $5 limit int · $6 settle_seconds float
+-- API fleet feed (GET /v1/events): one window of ids, a range scan of the primary key (or
+-- of events_loop with a loop); every filter optional; no fence.
+-- $1 after_id bigint · $2 upto_id bigint · $3 loop_id uuid|null · $4 agent text|null · $5 names text[]|null · $6 limit int
 SELECT e.* FROM events e
-WHERE e.id > $1
-  AND e.id < (SELECT coalesce(min(y.id), 9223372036854775807) FROM events y
-              WHERE y.created_at >= now() - make_interval(secs => $6::float8))
-  AND ($2::uuid IS NULL OR e.loop_id = $2)
-  AND ($3::text IS NULL OR EXISTS (SELECT 1 FROM loops l WHERE l.id = e.loop_id AND l.agent = $3))
-  AND ($4::text[] IS NULL OR e.name = ANY($4::text[]))
+WHERE e.id > $1 AND e.id <= $2
+  AND ($3::uuid IS NULL OR e.loop_id = $3)
+  AND ($4::text IS NULL OR EXISTS (SELECT 1 FROM loops l WHERE l.id = e.loop_id AND l.agent = $4))
+  AND ($5::text[] IS NULL OR e.name = ANY($5::text[]))
 ORDER BY e.id
-LIMIT $5;
+LIMIT $6;
+
+-- name: event_feed_horizon :val
+-- API fleet feed: the highest id it may serve. Ids are taken at insert but visible at
+-- commit, so a reader past a young id could skip a lower one that commits later: the feed
+-- stops short of the oldest event younger than $1 seconds (a range scan of events_created)
+-- and so skips nothing whose transaction lasted less than that.
+-- $1 settle_seconds float
+SELECT coalesce(
+    (SELECT min(y.id) - 1 FROM events y
+     WHERE y.created_at >= now() - make_interval(secs => $1::float8)),
+    (SELECT max(id) FROM events),
+    0)::bigint;
 
 -- name: event_max_id :val
 -- API fleet feed: where a tail starts when the client gives no position; no fence.

@@ -4,6 +4,7 @@ import asyncio
 import json
 
 import httpx
+import pytest
 
 from agentd.db.pool import Pool, connection
 from agentd.store import events
@@ -32,15 +33,15 @@ async def _seed(pool: Pool) -> tuple[str, str]:
 
 async def _all(client: httpx.AsyncClient, **params: object) -> list[dict]:
     out: list[dict] = []
-    after = 0
+    after: object = 0
     while True:
         page = (
             await client.get("/v1/events", params={**params, "after": after, "limit": 2})
         ).json()
         out.extend(page["items"])
-        if not page["items"]:
+        if page["next_cursor"] is None:  # caught up
             return out
-        after = int(page["next_cursor"])
+        after = page["next_cursor"]
 
 
 async def test_pages_cover_every_loop_in_id_order_and_filters_narrow_them(
@@ -73,6 +74,7 @@ async def test_the_newest_events_are_held_back_until_they_settle(
         await events.insert_many(conn, [NewEvent(name="loop.started")])
     page = (await client.get("/v1/events")).json()
     assert len(page["items"]) == 4  # the fresh one is not served yet
+    assert page["next_cursor"] is None  # caught up with what may be served
     await eventually(lambda: _count(client, 5), within=10)
 
 
@@ -161,3 +163,23 @@ async def test_sse_without_a_position_tails_from_now(
                         event = line.partition(":")[2].strip()
                         break
     assert event == "loop.stopped"  # the four seeded events were not replayed
+
+
+async def test_a_rare_filter_scans_bounded_windows_and_its_cursor_still_advances(
+    client: httpx.AsyncClient, pool: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _seed(pool)
+    monkeypatch.setattr(events, "FEED_WINDOW", 1)
+    monkeypatch.setattr(events, "FEED_MAX_WINDOWS", 2)
+    async with connection(pool) as conn:
+        ids = [r["id"] for r in await conn.fetch("SELECT id FROM events ORDER BY id")]
+    start = ids[0] - 1
+    first = (
+        await client.get("/v1/events", params={"types": "loop.completed", "after": start})
+    ).json()
+    # Two windows of one id each: nothing matched yet, but the position moved on.
+    assert first == {"items": [], "next_cursor": str(ids[1])}
+    second = (
+        await client.get("/v1/events", params={"types": "loop.completed", "after": ids[1]})
+    ).json()
+    assert [e["id"] for e in second["items"]] == [ids[3]] and second["next_cursor"] is None
