@@ -71,10 +71,10 @@ class WebhookConfig(BaseModel):
     url: str = Field(pattern=r"^https?://\S+$")
     events: list[str] = Field(min_length=1)
     secret_env: str = Field(min_length=1)
-    timeout: float = Field(10.0, gt=0, le=300)
-    max_attempts: int = Field(10, ge=1, le=100)
-    retry_base_delay: float = Field(5.0, gt=0)
-    retry_max_delay: float = Field(3600.0, gt=0)
+    timeout: float = Field(default=10.0, gt=0, le=300)
+    max_attempts: int = Field(default=10, ge=1, le=100)
+    retry_base_delay: float = Field(default=5.0, gt=0)
+    retry_max_delay: float = Field(default=3600.0, gt=0)
 
     @field_validator("events")
     @classmethod

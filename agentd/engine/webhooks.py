@@ -64,7 +64,7 @@ class _Target:
 def backoff(config: WebhookConfig, attempts: int, *, jitter: float = 0.2) -> float:
     """Seconds before attempt `attempts + 1`: base * 2**(attempts-1), capped, ±jitter."""
     delay = min(config.retry_base_delay * 2 ** max(attempts - 1, 0), config.retry_max_delay)
-    return delay * random.uniform(1 - jitter, 1 + jitter)
+    return float(delay * random.uniform(1 - jitter, 1 + jitter))
 
 
 def signer_for(config: WebhookConfig) -> standardwebhooks.Webhook:

@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,7 +118,7 @@ class WebhookReceiver:
 
         class Server(uvicorn.Server):
             @contextlib.contextmanager
-            def capture_signals(self):  # type: ignore[no-untyped-def,override]
+            def capture_signals(self) -> Iterator[None]:
                 yield
 
         config = uvicorn.Config(

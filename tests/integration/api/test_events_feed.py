@@ -31,9 +31,9 @@ async def _seed(pool: Pool) -> tuple[str, str]:
     return str(a.id), str(b.id)
 
 
-async def _all(client: httpx.AsyncClient, **params: object) -> list[dict]:
+async def _all(client: httpx.AsyncClient, **params: str) -> list[dict]:
     out: list[dict] = []
-    after: object = 0
+    after: str | int = 0
     while True:
         page = (
             await client.get("/v1/events", params={**params, "after": after, "limit": 2})
@@ -82,7 +82,7 @@ async def _count(client: httpx.AsyncClient, n: int) -> bool:
     return len((await client.get("/v1/events")).json()["items"]) == n
 
 
-async def test_a_read_only_token_reads_the_feed(app, make_client, pool: Pool) -> None:  # type: ignore[no-untyped-def]
+async def test_a_read_only_token_reads_the_feed(app, make_client, pool: Pool) -> None:
     await _seed(pool)
     async with make_client(app, "read-only-token-for-tests") as reader:
         r = await reader.get("/v1/events")
@@ -104,7 +104,7 @@ async def test_bad_feed_parameters_are_4xx(client: httpx.AsyncClient) -> None:
 async def test_sse_sends_ids_and_resumes_after_last_event_id(
     app,
     pool: Pool,
-    live_server,  # type: ignore[no-untyped-def]
+    live_server,
 ) -> None:
     await _seed(pool)
     async with connection(pool) as conn:
@@ -140,7 +140,7 @@ async def test_sse_sends_ids_and_resumes_after_last_event_id(
 async def test_sse_without_a_position_tails_from_now(
     app,
     pool: Pool,
-    live_server,  # type: ignore[no-untyped-def]
+    live_server,
 ) -> None:
     await _seed(pool)
     async with live_server(app) as base:

@@ -22,7 +22,7 @@ async def _loop(pool: Pool, status: str = "paused", state: dict | None = None) -
     return str(row.id)
 
 
-def _patch(client: httpx.AsyncClient, lid: str, body: object, etag: str | None = None):  # type: ignore[no-untyped-def]
+def _patch(client: httpx.AsyncClient, lid: str, body: object, etag: str | None = None):
     headers = dict(MERGE)
     if etag is not None:
         headers["If-Match"] = etag
@@ -150,7 +150,7 @@ async def test_a_no_op_patch_keeps_the_version_and_records_nothing(
 async def test_a_read_only_token_can_read_the_state_but_not_patch_it(
     app,
     make_client,
-    pool: Pool,  # type: ignore[no-untyped-def]
+    pool: Pool,
 ) -> None:
     lid = await _loop(pool, state={"a": 1})
     async with make_client(app, "read-only-token-for-tests") as reader:

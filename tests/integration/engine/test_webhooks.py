@@ -11,7 +11,7 @@ from agentd.db.pool import Pool, connection
 from agentd.engine.webhooks import WebhookDeliverer
 from agentd.errors import ConfigError
 from agentd.registry import AgentRegistry
-from agentd.settings import WebhookConfig
+from agentd.settings import Settings, WebhookConfig
 from agentd.store import webhooks
 from agentd.testing import agents, factories
 from agentd.testing.engine import eventually, fast_settings, running_engine
@@ -29,8 +29,14 @@ def secret(monkeypatch: pytest.MonkeyPatch) -> str:
     return value
 
 
-def _settings(url: str, events: list[str], **kw: object):  # type: ignore[no-untyped-def]
-    hook = WebhookConfig(url=url, events=events, secret_env=SECRET_ENV, retry_base_delay=0.05, **kw)
+def _settings(url: str, events: list[str], max_attempts: int = 10) -> Settings:
+    hook = WebhookConfig(
+        url=url,
+        events=events,
+        secret_env=SECRET_ENV,
+        retry_base_delay=0.05,
+        max_attempts=max_attempts,
+    )
     return fast_settings(webhooks=[hook])
 
 
@@ -131,7 +137,8 @@ async def test_out_of_attempts_is_failed_and_a_resend_delivers_it_with_the_same_
             report = await deliverer.deliver_once()
             assert report.failed == 1
             (d,) = await _deliveries(pool)
-            assert d.status == "failed" and d.last_status == 500 and "HTTP 500" in d.last_error
+            assert d.status == "failed" and d.last_status == 500
+            assert d.last_error is not None and "HTTP 500" in d.last_error
             state = AppState.create(
                 settings=settings,
                 pool=pool,
