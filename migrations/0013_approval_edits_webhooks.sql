@@ -79,6 +79,9 @@ $$;
 CREATE FUNCTION agentd_webhook_on_tool_call() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM webhook_endpoints WHERE enabled) THEN
+        RETURN NULL;
+    END IF;
     PERFORM agentd_webhook_enqueue(
         'tool_call.awaiting_approval', NEW.loop_id,
         jsonb_build_object('loop_id', NEW.loop_id, 'tool_call_id', NEW.id, 'name', NEW.name,

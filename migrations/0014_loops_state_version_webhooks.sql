@@ -25,11 +25,15 @@ CREATE TRIGGER loops_bump_state_version
 CREATE FUNCTION agentd_webhook_on_loop() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_data jsonb := jsonb_build_object(
+    v_data jsonb;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM webhook_endpoints WHERE enabled) THEN
+        RETURN NULL;  -- no webhooks configured: one probe of a small table, nothing built
+    END IF;
+    v_data := jsonb_build_object(
         'loop_id', NEW.id, 'agent', NEW.agent, 'status', NEW.status,
         'reason', NEW.status_reason, 'error_message', NEW.error_message,
         'subject', NEW.subject, 'title', NEW.title, 'step_count', NEW.step_count);
-BEGIN
     PERFORM agentd_webhook_enqueue('loop.' || NEW.status, NEW.id, v_data);
     IF NEW.status = 'paused' AND NEW.status_reason LIKE '%budget_exceeded' THEN
         PERFORM agentd_webhook_enqueue('loop.budget_exceeded', NEW.id, v_data);

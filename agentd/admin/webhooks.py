@@ -3,11 +3,13 @@ newest first, with a re-send button (same webhook-id; CSRF like every admin form
 
 from __future__ import annotations
 
+import dataclasses
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from agentd import redact
 from agentd.admin import render
 from agentd.api.state import AppState
 from agentd.db.pool import connection, transaction
@@ -34,7 +36,9 @@ async def deliveries_page(request: Request) -> Response:
     async with connection(_state(request).pool) as conn:
         endpoints = await webhooks.list_endpoints(conn)
         rows = await webhooks.list_(conn, status=status, before_id=before_id, limit=PAGE_SIZE + 1)
-    page = rows[:PAGE_SIZE]
+    # A url may carry a token in its query: shown masked, like every secret in the UI.
+    endpoints = [dataclasses.replace(e, url=redact.text(e.url)) for e in endpoints]
+    page = [dataclasses.replace(d, url=redact.text(d.url or "")) for d in rows[:PAGE_SIZE]]
     next_url = None
     if len(rows) > PAGE_SIZE:
         query = {"before": str(page[-1].id), **({"status": status} if status else {})}

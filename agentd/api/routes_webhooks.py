@@ -9,6 +9,7 @@ from uuid import UUID
 from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, Field
 
+from agentd import redact
 from agentd.api import problems
 from agentd.api.problems import ApiProblem
 from agentd.api.routes_loops import BIGINT, app_state
@@ -33,7 +34,7 @@ class EndpointOut(BaseModel):
     def of(cls, e: Endpoint) -> EndpointOut:
         return cls(
             id=e.id,
-            url=e.url,
+            url=redact.text(e.url),  # a token in its query string is masked
             events=e.events,
             secret_env=e.secret_env,
             enabled=e.enabled,
@@ -64,7 +65,7 @@ class DeliveryOut(BaseModel):
         return cls(
             id=d.id,
             endpoint_id=d.endpoint_id,
-            url=d.url,
+            url=redact.text(d.url) if d.url else None,
             message_id=d.message_id,
             event_type=d.event_type,
             loop_id=d.loop_id,

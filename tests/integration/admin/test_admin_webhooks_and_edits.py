@@ -65,7 +65,9 @@ async def test_approve_with_edited_arguments_from_the_loop_page(
 
 
 async def _delivery(pool: Pool, status: str = "completed") -> webhooks.Delivery:
-    hook = WebhookConfig(url="http://127.0.0.1:9/hook", events=["*"], secret_env="ADMIN_HOOK")
+    hook = WebhookConfig(
+        url="http://127.0.0.1:9/hook?token=sekrit-in-url", events=["*"], secret_env="ADMIN_HOOK"
+    )
     await WebhookDeliverer(
         fast_settings(webhooks=[hook]), pool, worker_id=uuid.uuid4()
     ).sync_config()
@@ -95,7 +97,8 @@ async def test_the_webhooks_page_lists_deliveries_and_re_sends_one(
         )
     page = await operator.get("/admin/webhooks")
     assert page.status_code == 200
-    assert "http://127.0.0.1:9/hook" in page.text and "$ADMIN_HOOK" in page.text
+    assert "http://127.0.0.1:9/hook?token=" in page.text and "$ADMIN_HOOK" in page.text
+    assert "sekrit-in-url" not in page.text
     assert d.message_id in page.text and "HTTP 503: down" in page.text
     assert f'data-action="resend-{d.id}"' in page.text
     filtered = await operator.get("/admin/webhooks?status=delivered")
