@@ -18,10 +18,10 @@ from fastapi.responses import Response, StreamingResponse
 from agentd.admin import live, render
 from agentd.api.state import AppState
 from agentd.db.pool import connection
-from agentd.engine import tokens
+from agentd.engine import loop_state, tokens
 from agentd.engine.lifecycle import DEFAULT_RESUME_FROM
 from agentd.engine.states import ACTIVE, LoopStatus
-from agentd.errors import AgentdError
+from agentd.errors import AgentdError, PreconditionFailed
 from agentd.store import events, jobs, loops, mcp, messages, tool_calls
 from agentd.store.models import Loop, Message, ToolCall
 
@@ -326,6 +326,46 @@ async def loop_action(request: Request, loop_id: str, action: str) -> Response:
     except AgentdError as exc:
         return render.redirect(request, back, flash=("error", exc.message))
     return render.redirect(request, back, flash=("ok", _DONE[action]))
+
+
+@router.post("/loops/{loop_id}/state", include_in_schema=False)
+async def save_state(request: Request, loop_id: str) -> Response:
+    """The State tab's editor: the edited JSON becomes a merge patch against the version the
+    page showed, so a change made meanwhile by anyone else is never overwritten."""
+    state = _state(request)
+    ident = parse_uuid(loop_id)
+    if ident is None:
+        return render.redirect(request, "/admin/loops", flash=("error", f"No loop {loop_id!r}."))
+    back = f"/admin/loops/{ident}?tab=state"
+    form = await request.form()
+    version = _field(form, "version")
+    try:
+        edited = json.loads(_field(form, "state") or "{}")
+    except ValueError:
+        return render.redirect(request, back, flash=("error", "State is not JSON."))
+    if not isinstance(edited, dict) or not version.isdigit() or len(version) > 18:
+        return render.redirect(request, back, flash=("error", "State must be a JSON object."))
+    async with connection(state.pool) as conn:
+        current = await loops.get(conn, loop_id=ident)
+    if current is None:
+        return render.redirect(request, "/admin/loops", flash=("error", f"No loop {ident}."))
+    try:
+        patch = loop_state.diff(current.state, edited)
+        row, changed = await loop_state.patch(
+            state.pool, ident, patch, if_match=int(version), by="admin"
+        )
+    except ValueError as exc:
+        return render.redirect(request, back, flash=("error", str(exc)))
+    except AgentdError as exc:
+        if isinstance(exc, PreconditionFailed):
+            msg = "The state changed since this page loaded; reload and edit again."
+            return render.redirect(request, back, flash=("error", msg))
+        return render.redirect(request, back, flash=("error", exc.message))
+    if not changed:
+        return render.redirect(request, back, flash=("ok", "Nothing changed."))
+    return render.redirect(
+        request, back, flash=("ok", f"State saved (version {row.state_version}).")
+    )
 
 
 @router.post("/loops/{loop_id}/messages", include_in_schema=False)

@@ -7,7 +7,7 @@ change; an actual change bumps `state_version` (the 0014 trigger) and records a
 The next turn reads the new state at its claim.
 Tolerates: concurrent patches (they serialize on the row lock; the loser gets 412).
 Never: writes while a turn may be reading the state (queued, running: 409).
-Called by: the API (PATCH /v1/loops/{id}/state), the admin UI.
+Called by: the API (PATCH /v1/loops/{id}/state), the admin UI (its State tab).
 """
 
 from __future__ import annotations
@@ -37,6 +37,27 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             out[key] = merge_patch(out.get(key), value)
     return out
+
+
+def diff(old: Any, new: dict[str, Any]) -> dict[str, Any]:
+    """The merge patch that turns `old` into `new` (members gone from `new` become null).
+    A null inside `new` cannot be expressed (RFC 7396 reads it as "delete"): ValueError."""
+    base = old if isinstance(old, dict) else {}
+    out: dict[str, Any] = {k: None for k in base if k not in new}
+    for key, value in new.items():
+        if value is None or (isinstance(value, dict) and _has_null(value)):
+            raise ValueError(f"{key}: a merge patch cannot set null (it deletes the member)")
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            sub = diff(base[key], value)
+            if sub:
+                out[key] = sub
+        elif base.get(key) != value or key not in base:
+            out[key] = value
+    return out
+
+
+def _has_null(obj: dict[str, Any]) -> bool:
+    return any(v is None or (isinstance(v, dict) and _has_null(v)) for v in obj.values())
 
 
 async def patch(

@@ -70,3 +70,16 @@ def test_backoff_doubles_and_is_capped() -> None:
     )
     assert [backoff(c, n, jitter=0) for n in (1, 2, 3, 4, 9)] == [1, 2, 4, 5, 5]
     assert 0.8 <= backoff(c, 1) <= 1.2
+
+
+def test_diff_is_the_merge_patch_between_two_states() -> None:
+    old = {"a": 1, "b": {"c": 2, "d": 3}, "gone": True, "same": [1]}
+    new = {"a": 2, "b": {"c": 2}, "same": [1], "added": {"x": 1}}
+    patch = loop_state.diff(old, new)
+    assert patch == {"a": 2, "b": {"d": None}, "gone": None, "added": {"x": 1}}
+    assert loop_state.merge_patch(old, patch) == new
+    assert loop_state.diff(old, old) == {}
+    with pytest.raises(ValueError, match="null"):
+        loop_state.diff(old, {"a": None})
+    with pytest.raises(ValueError, match="null"):
+        loop_state.diff({}, {"a": {"b": None}})

@@ -122,3 +122,43 @@ async def test_a_reader_sees_deliveries_but_cannot_re_send(
     assert forged.status_code == 403
     no_csrf = await operator.client.post(f"/admin/webhooks/deliveries/{d.id}/resend")
     assert no_csrf.status_code == 403
+
+
+async def test_the_state_tab_saves_an_edit_and_refuses_a_stale_one(
+    operator: Browser, reader: Browser, pool: Pool
+) -> None:
+    async with connection(pool) as conn:
+        lp = await factories.loop(conn, status="paused", state={"plan": "pro", "old": 1})
+    page = (await operator.get(f"/admin/loops/{lp.id}?tab=state")).text
+    assert 'data-action="save-state"' in page and 'name="version" value="1"' in page
+    url = f"/admin/loops/{lp.id}/state"
+    ok = await operator.flash(
+        await operator.post(url, {"version": "1", "state": '{"plan": "enterprise"}'})
+    )
+    assert ok == "ok: State saved (version 2)."
+    async with connection(pool) as conn:
+        now = await loops.get(conn, loop_id=lp.id)
+    assert now is not None and now.state == {"plan": "enterprise"} and now.state_version == 2
+    stale = await operator.flash(await operator.post(url, {"version": "1", "state": "{}"}))
+    assert stale == "error: The state changed since this page loaded; reload and edit again."
+    bad = await operator.flash(await operator.post(url, {"version": "2", "state": "[1]"}))
+    assert bad == "error: State must be a JSON object."
+    same = await operator.flash(
+        await operator.post(url, {"version": "2", "state": '{"plan": "enterprise"}'})
+    )
+    assert same == "ok: Nothing changed."
+    assert (
+        'data-action="save-state"' not in (await reader.get(f"/admin/loops/{lp.id}?tab=state")).text
+    )
+    assert (await reader.post(url, {"version": "2", "state": "{}"})).status_code == 403
+
+
+async def test_the_state_tab_is_read_only_while_a_turn_runs(operator: Browser, pool: Pool) -> None:
+    async with connection(pool) as conn:
+        lp = await factories.loop(conn, status="running", state={"a": 1})
+    page = (await operator.get(f"/admin/loops/{lp.id}?tab=state")).text
+    assert 'data-action="save-state"' not in page and "Editable while the loop is at rest" in page
+    busy = await operator.flash(
+        await operator.post(f"/admin/loops/{lp.id}/state", {"version": "1", "state": "{}"})
+    )
+    assert busy.startswith("error: loop") and "running" in busy
