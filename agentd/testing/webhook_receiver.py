@@ -40,6 +40,7 @@ class Arrival:
     verified: bool
     headers: dict[str, str]
     body: dict[str, Any] | None
+    tag: str = ""  # the receiver's `tag` when it arrived (a test's phase)
 
 
 @dataclass
@@ -50,6 +51,8 @@ class WebhookReceiver:
     hold: bool = False
     #: Answer 500 to the first `fail_first` attempts of each webhook-id.
     fail_first: int = 0
+    #: Recorded on each arrival: a test marks its phases with it.
+    tag: str = ""
     arrivals: list[Arrival] = field(default_factory=list)
     url: str = ""
 
@@ -101,7 +104,7 @@ class WebhookReceiver:
             body, verified = None, False
         with contextlib.suppress(ValueError):
             body = body if body is not None else json.loads(raw)
-        arrival = Arrival(headers.get("webhook-id", ""), verified, headers, body)
+        arrival = Arrival(headers.get("webhook-id", ""), verified, headers, body, self.tag)
         async with self._changed:
             self.arrivals.append(arrival)
             self._changed.notify_all()
