@@ -296,9 +296,9 @@ class AguiStream:
             if m.is_summary:
                 self.sent.add(m.id)
                 continue
-            frames += self._message(m, by_message.get(m.id, []))
             self.sent.add(m.id)
-            self.high = max(self.high, m.id)
+            self.high = max(self.high, m.id)  # the message's own events carry its id
+            frames += self._message(m, by_message.get(m.id, []))
         newest = _newest_assistant(rows)
         if newest > self.floor:
             self.floor = newest
