@@ -71,6 +71,7 @@ async def costs(
                     completion=r["tokens_completion"],
                     cached=r["tokens_cached"],
                     reasoning=r["tokens_reasoning"],
+                    estimated=False,
                 ),
                 models=models.get(r["agent"], []),
             )

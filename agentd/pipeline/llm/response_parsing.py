@@ -61,9 +61,7 @@ class ResponseParsing:
         own = handoff.reserve("tool", 1 if sequential else len(rows)) if handoff and rows else 0
         tokens_own = [uuid.uuid4() for _ in range(own)]
         try:
-            done = await self._finalize(
-                ctx, rows, used, spent, sequential, turn_event, tokens_own
-            )
+            done = await self._finalize(ctx, rows, used, spent, sequential, turn_event, tokens_own)
         except BaseException:
             if handoff is not None:
                 handoff.unreserve("tool", own)

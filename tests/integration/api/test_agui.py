@@ -29,14 +29,11 @@ EVENT: TypeAdapter[Any] = TypeAdapter(Event)
 
 
 def script(fake: FakeLLM) -> None:
-    slow = {"chunk_size": 6, "chunk_delay": 0.03}
-    fake.add(
-        Rule(
-            match=lambda last: last.role == "user",
-            reply=Reply(content=INTRO, tool_calls=[ToolCall("add", {"a": 1, "b": 2})], **slow),
-        )
-    )
-    fake.add(Rule(match=lambda last: last.role == "tool", reply=Reply(content=ANSWER, **slow)))
+    call = ToolCall("add", {"a": 1, "b": 2})
+    first = Reply(content=INTRO, tool_calls=[call], chunk_size=6, chunk_delay=0.03)
+    fake.add(Rule(match=lambda last: last.role == "user", reply=first))
+    answer = Reply(content=ANSWER, chunk_size=6, chunk_delay=0.03)
+    fake.add(Rule(match=lambda last: last.role == "tool", reply=answer))
 
 
 def _no_extras(model: BaseModel, where: str) -> None:
@@ -123,7 +120,7 @@ def text_of(events: list[dict[str, Any]], message_id: str) -> str:
 
 
 @pytest.fixture
-async def live(app: FastAPI, live_server) -> AsyncIterator[httpx.AsyncClient]:  # type: ignore[no-untyped-def]
+async def live(app: FastAPI, live_server: Any) -> AsyncIterator[httpx.AsyncClient]:
     async with (
         live_server(app) as base_url,
         httpx.AsyncClient(base_url=base_url, headers=AUTH, timeout=30) as client,
@@ -218,12 +215,12 @@ async def test_agui_stream_of_a_loop_with_text_and_a_tool_call(
         for i, (_, e) in enumerate(got)
         if e["type"] == "TEXT_MESSAGE_CONTENT" and e["messageId"] == str(final["id"])
     )
-    resumed = [e for _, e in await read_agui(live, lid, {"Last-Event-ID": got[mid][0]})]
-    assert "TEXT_MESSAGE_START" not in [e["type"] for e in resumed]
-    assert [e["type"] for e in resumed if e["type"].startswith("TEXT")][-1] == "TEXT_MESSAGE_END"
-    assert resumed[-1]["type"] == "RUN_FINISHED"
+    tail = [e for _, e in await read_agui(live, lid, {"Last-Event-ID": got[mid][0]})]
+    assert "TEXT_MESSAGE_START" not in [e["type"] for e in tail]
+    assert [e["type"] for e in tail if e["type"].startswith("TEXT")][-1] == "TEXT_MESSAGE_END"
+    assert tail[-1]["type"] == "RUN_FINISHED"
     sent_before = text_of([e for _, e in got[: mid + 1]], str(final["id"]))
-    assert sent_before + text_of(resumed, str(final["id"])) == ANSWER
+    assert sent_before + text_of(tail, str(final["id"])) == ANSWER
 
     # After the run's last event with nothing new: 204, so an EventSource stops.
     r = await live.get(

@@ -5,6 +5,7 @@ per-loop cost budget that pauses a loop like the token budget."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from decimal import Decimal
 
 import httpx
@@ -64,7 +65,7 @@ def add_then_answer(fake: FakeLLM) -> None:
     )
 
 
-def in_status(pool: Pool, loop_id: uuid.UUID, status: str):  # type: ignore[no-untyped-def]
+def in_status(pool: Pool, loop_id: uuid.UUID, status: str) -> Callable[[], Awaitable[Loop | None]]:
     async def check() -> Loop | None:
         async with connection(pool) as conn:
             row = await loops.get(conn, loop_id=loop_id)

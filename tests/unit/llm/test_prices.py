@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import tomllib
 import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -14,7 +17,8 @@ from agentd.engine.tokens import TurnTokens
 from agentd.errors import ConfigError, CostBudgetExceeded
 from agentd.llm import prices
 from agentd.llm.types import LLMRequest, LLMResponse, Provider, Usage
-from agentd.settings import Settings
+from agentd.registry import agent_from_config
+from agentd.settings import load_settings
 from agentd.store.models import Loop
 
 
@@ -82,7 +86,7 @@ def test_money_is_a_plain_decimal_string() -> None:
 def _turn(
     model: str, usage: Usage | None, *, ttft: float | None, duration: float
 ) -> costs.TurnCost:
-    settings = Settings(prices={"house-model": {"input": "1", "output": "2"}})
+    settings = load_settings(prices={"house-model": {"input": "1", "output": "2"}})
     agent = SimpleNamespace(prices=None, model=model)
     request = LLMRequest(provider=Provider(base_url="http://x", model=model), messages=[])
     resp = LLMResponse(usage=usage, ttft=ttft, duration=duration)
@@ -118,7 +122,7 @@ def test_an_unknown_model_has_no_cost_and_a_non_streamed_turn_counts_its_whole_d
 def test_a_bad_agent_price_is_a_config_error_naming_the_shape() -> None:
     agent = SimpleNamespace(prices={"input": 1}, model="m", name="x")
     with pytest.raises(ConfigError, match="prices must give input and output"):
-        costs.price_for(Settings(), agent, None, LLMResponse())
+        costs.price_for(load_settings(), agent, None, LLMResponse())
 
 
 def test_budget_from_state_wins_and_pauses_once_spent() -> None:
@@ -131,3 +135,32 @@ def test_budget_from_state_wins_and_pauses_once_spent() -> None:
     # no price known: nothing is spent, nothing pauses
     costs.check_budget(agent, loop_row(state={"max_cost": "0.5"}, cost=None))
     assert costs.budget(SimpleNamespace(max_cost=None), loop_row(state={"max_cost": "x"})) is None
+
+
+DOC = Path(__file__).parents[3] / "docs" / "configuration.md"
+
+
+def test_the_documented_price_table_is_the_builtin_one() -> None:
+    text = DOC.read_text()
+    assert f"indicative list prices as of {prices.PRICES_AS_OF}" in text
+    for name, p in prices.BUILTIN.items():
+        row = f"| `{name}` | {prices.money(p.input)} | {prices.money(p.cached_input)} | "
+        assert row + f"{prices.money(p.output)} |" in text, name
+
+
+def test_the_documented_price_configuration_loads() -> None:
+    block = re.search(r"```toml\n(\[prices\..*?)```", DOC.read_text(), re.S)
+    assert block is not None
+    data = tomllib.loads(block.group(1))
+    settings = load_settings(prices=data["prices"])
+    assert settings.prices["gpt-4o"].input == Decimal("2.50")
+    agent = agent_from_config("support", data["agents"]["support"])
+    assert costs.budget(agent, loop_row(state={})) == Decimal(5)
+    spent = costs.price_for(settings, agent, None, LLMResponse())
+    assert spent == prices.Price(input=Decimal(3), output=Decimal(12))
+    configured = {
+        k: prices.Price.of(v.model_dump(exclude_none=True)) for k, v in settings.prices.items()
+    }
+    assert prices.lookup(["llama-3.3-70b"], configured=configured) == prices.Price(
+        input=Decimal("0.59"), output=Decimal("0.79")
+    )
