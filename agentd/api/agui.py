@@ -26,7 +26,7 @@ message M is open with L characters sent. The run's last event is `<A>.<N>.end`.
 continues the run without a second RUN_STARTED: messages after N are sent (tool results
 of the newest turn may come twice, as on the agentd stream), an open message gets the rest
 of its text at commit. Resuming after `.end` with nothing new answers 204 (an EventSource
-stops reconnecting); if the loop moved on, a new run starts from N.
+stops reconnecting); if the loop moved on, a new run starts (with a fresh snapshot).
 """
 
 from __future__ import annotations
@@ -204,8 +204,10 @@ class AguiStream:
     def _on_delta(self, item: dict[str, Any]) -> list[str]:
         mid = item.get("message_id")
         delta = item.get("delta")
-        if not isinstance(mid, int) or not isinstance(delta, str) or mid in self.sent:
+        if not isinstance(mid, int) or not isinstance(delta, str):
             return []
+        if mid <= self.floor or mid in self.sent:
+            return []  # a late delta of a message already committed and sent
         frames: list[str] = []
         if self.open_id != mid:
             frames += self._close()

@@ -288,3 +288,49 @@ async def test_agui_run_of_a_stopped_loop_is_cancelled_and_a_failed_one_an_error
     check_order(events)
     assert events[-1]["type"] == "RUN_ERROR" and events[-1]["code"] == "turn_failed"
     assert events[-1]["message"]
+
+
+async def test_agui_run_waits_for_an_approval_and_goes_on_once_decided(
+    live: httpx.AsyncClient,
+    pool: Pool,
+    database_url: str,
+    registry: AgentRegistry,
+    settings: Settings,
+    fake_llm: FakeLLM,
+) -> None:
+    fake_llm.add(
+        Rule(
+            match=lambda last: last.role == "user",
+            reply=Reply(tool_calls=[ToolCall("refund", {"amount": 42})]),
+        )
+    )
+    fake_llm.add(Rule(match=lambda last: last.role == "tool", reply=Reply(content="done")))
+    r = await live.post(
+        "/v1/loops",
+        json={"agent": "calc", "message": "refund me", "state": {"llm": fake_llm.base_url}},
+    )
+    lid = r.json()["id"]
+    reader = asyncio.create_task(read_agui(live, lid))
+
+    async def pending() -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = (await live.get(f"/v1/loops/{lid}/approvals")).json()["items"]
+        return items
+
+    async with running_engine(pool, database_url, registry, settings=settings):
+        (call,) = await eventually(pending)
+        assert not reader.done()  # a run waiting for a person stays open
+        r = await live.post(f"/v1/tool-calls/{call['id']}/approve")
+        assert r.status_code == 200
+        events = [e for _, e in await asyncio.wait_for(reader, timeout=30)]
+    check_order(events)
+    customs = [e for e in events if e["type"] == "CUSTOM"]
+    assert {"status": "waiting", "reason": "awaiting_approval"} in [
+        c["value"] for c in customs if c["name"] == "agentd.status"
+    ]
+    (decided,) = [c for c in customs if c["name"] == "agentd.approval"]
+    assert decided["value"]["tool_call_id"] == call["id"]
+    types = [e["type"] for e in events]
+    assert types.index("CUSTOM") < types.index("TOOL_CALL_RESULT")
+    (result,) = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
+    assert result["toolCallId"] == str(call["id"]) and result["content"] == "refunded 42"
+    assert events[-1]["type"] == "RUN_FINISHED" and events[-1]["outcome"] == {"type": "success"}
