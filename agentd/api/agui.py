@@ -165,6 +165,8 @@ class AguiStream:
         self.open_len = 0
         self.open_live = True
         self.last_state: Any = loop.state
+        # Tokens of the model calls this run has sent, per model (RUN_FINISHED `usage`).
+        self.usage: dict[str, dict[str, int]] = {}
 
     @property
     def run_id(self) -> str:
@@ -228,6 +230,7 @@ class AguiStream:
             frames += self._content(m.content or "")
             frames += self._close()
         elif m.role == "assistant":
+            self._count(m)
             text = m.content or ""
             if self.open_id == m.id:
                 streamed = self.open_len
@@ -272,6 +275,37 @@ class AguiStream:
                 )
             )
         return frames
+
+    def _count(self, m: Message) -> None:
+        if m.tokens_prompt is None and m.tokens_completion is None:
+            return
+        meta = m.metadata if isinstance(m.metadata, dict) else {}
+        usage = meta.get("usage") if isinstance(meta.get("usage"), dict) else {}
+        assert isinstance(usage, dict)
+        named = usage.get("model")
+        model = named if isinstance(named, str) else ""
+        seen = self.usage.setdefault(model, {"input": 0, "output": 0, "cached": 0, "reasoning": 0})
+        seen["input"] += m.tokens_prompt or 0
+        seen["output"] += m.tokens_completion or 0
+        seen["cached"] += m.tokens_cached or 0
+        seen["reasoning"] += int(usage.get("tokens_reasoning") or 0)
+
+    def _usage(self) -> list[dict[str, Any]] | None:
+        """AG-UI TokenUsage entries: input and output are totals, cached and reasoning
+        parts of them (as agentd counts them too)."""
+        out = []
+        for model, n in sorted(self.usage.items()):
+            entry: dict[str, Any] = {
+                "inputTokens": n["input"],
+                "outputTokens": n["output"],
+                "totalTokens": n["input"] + n["output"],
+                "reasoningTokens": n["reasoning"],
+                "cachedInputTokens": n["cached"],
+            }
+            if model:
+                entry = {"model": model, **entry}
+            out.append(entry)
+        return out or None
 
     def _reasoning(self, m: Message) -> list[str]:
         if not m.reasoning:
@@ -331,6 +365,7 @@ class AguiStream:
                 message=loop.error_message or "the loop failed",
                 code=loop.status_reason,
                 metadata=meta,
+                usage=self._usage(),
             )
         else:
             if loop.status == "paused":
@@ -356,6 +391,7 @@ class AguiStream:
                 runId=self.run_id,
                 outcome=outcome,
                 metadata=meta,
+                usage=self._usage(),
             )
         return [*frames, self._frame(last, last=True)]
 

@@ -192,6 +192,13 @@ async def test_agui_stream_of_a_loop_with_text_and_a_tool_call(
     assert finished["type"] == "RUN_FINISHED" and finished["runId"] == started["runId"]
     assert finished["outcome"] == {"type": "success"}
     assert finished["metadata"]["agentd"]["status"] == "completed"
+    # The run's model calls, per model, in AG-UI's accounting.
+    (usage,) = finished["usage"]
+    tokens = [m["tokens"] for m in (first, final)]
+    assert usage["model"] == "fake-model"
+    assert usage["inputTokens"] == sum(t["prompt"] for t in tokens) > 0
+    assert usage["outputTokens"] == sum(t["completion"] for t in tokens) > 0
+    assert usage["totalTokens"] == usage["inputTokens"] + usage["outputTokens"]
     ids = [i for i, _ in got]
     assert len(ids) == len(set(ids)) and ids[-1].endswith(".end")
 
