@@ -13,7 +13,7 @@ AgentdError
   BadRequest
     InputInvalid
   LimitExceeded
-    MaxStepsExceeded · MaxDurationExceeded · TokenBudgetExceeded
+    MaxStepsExceeded · MaxDurationExceeded · TokenBudgetExceeded · CostBudgetExceeded
   LLMError
     LLMTransportError · LLMTimeout · LLMStatusError · LLMProtocolError
   ToolError
@@ -150,6 +150,10 @@ class MaxDurationExceeded(LimitExceeded):
 
 class TokenBudgetExceeded(LimitExceeded):
     """The loop spent its token budget (max_tokens_total)."""
+
+
+class CostBudgetExceeded(LimitExceeded):
+    """The loop spent its cost budget (max_cost)."""
 
 
 class LLMError(AgentdError):
