@@ -13,7 +13,8 @@ exponential back-off (±20% jitter) until `max_attempts`, then marks it failed.
 Tolerates: a SIGKILL mid-attempt (the claim treats a lease whose worker's heartbeat backend
 is gone as free, so another worker re-sends at once, with the same webhook-id); any number
 of deliverers; endpoints removed from the config (disabled: nothing new is queued for them).
-Never: holds a pooled connection during an HTTP request; stores or logs a secret.
+Never: holds a pooled connection during an HTTP request; stores or logs a secret, or sends
+one it can recognise (bodies are scrubbed like events).
 Called by: engine.service (processes running the maintenance queue).
 """
 
@@ -174,7 +175,8 @@ class WebhookDeliverer:
     async def _attempt(self, d: Delivery, token: uuid.UUID) -> str:
         target = self.targets[d.endpoint_id]
         config = target.config
-        body = json.dumps(d.payload, separators=(",", ":"), ensure_ascii=False)
+        # Scrubbed like events (an error message can echo a provider's key); signed as sent.
+        body = json.dumps(redact.scrub(d.payload), separators=(",", ":"), ensure_ascii=False)
         now = datetime.now(UTC)
         headers = {
             "content-type": "application/json",

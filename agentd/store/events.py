@@ -2,7 +2,7 @@
 
 Guarantee: one statement per batch. Never: stores an unredacted secret (callers redact;
 `insert_many` scrubs again as a last line of defence).
-Called by: engine pipelines, lifecycle, the MCP endpoint, janitor.
+Called by: engine pipelines, lifecycle, the MCP endpoint, janitor, the API (fleet feed).
 """
 
 from __future__ import annotations

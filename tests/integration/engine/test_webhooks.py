@@ -269,3 +269,29 @@ async def test_a_dead_workers_lease_is_taken_over_at_once(pool: Pool, secret: st
         )
     assert again.id == first.id and again.message_id == first.message_id
     assert again.attempts == 2
+
+
+async def test_a_secret_echoed_in_an_error_is_masked_in_the_signed_body(
+    pool: Pool, secret: str
+) -> None:
+    async with WebhookReceiver(secret) as rx:
+        settings = _settings(rx.url, ["loop.failed"])
+        deliverer = WebhookDeliverer(settings, pool, worker_id=uuid.uuid4())
+        await deliverer.sync_config()
+        async with connection(pool) as conn:
+            row = await factories.loop(conn, status="running")
+            await factories.set_loop(
+                conn,
+                row.id,
+                status="failed",
+                error_message="401 from https://llm.example/v1?key=sk-live-abcdefgh12345",
+            )
+        deliverer.http = httpx.AsyncClient()
+        try:
+            assert (await deliverer.deliver_once()).delivered == 1
+        finally:
+            await deliverer.http.aclose()
+    (only,) = rx.ids
+    body = rx.first(only).body
+    assert body is not None and "sk-live-abcdefgh12345" not in str(body)
+    assert body["data"]["error_message"].startswith("401 from https://llm.example/v1?key=")
