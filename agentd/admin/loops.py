@@ -271,12 +271,15 @@ async def loop_fragment(request: Request, loop_id: str) -> Response:
 
 @router.get("/loops/{loop_id}/stream", include_in_schema=False)
 async def loop_stream(request: Request, loop_id: str) -> Response:
-    """SSE for the loop page; opening it turns `observed` on, as the API's stream does."""
+    """SSE for the loop page; opening it turns `observed` on for a loop that is not at
+    rest, as the API's stream does. Viewing a finished or observed loop writes nothing."""
     state = _state(request)
     ident = parse_uuid(loop_id)
-    if ident is None or await _get_loop(state, ident) is None:
+    loop = await _get_loop(state, ident) if ident is not None else None
+    if ident is None or loop is None:
         return render.not_found(request, f"No loop {loop_id!r}.")
-    await state.lifecycle.observe(ident, True)
+    if not loop.observed and loop.status in ACTIVE:
+        await state.lifecycle.observe(ident, True)
     hub: live.Hub = request.app.state.admin_hub
     return StreamingResponse(
         live.frames(hub, ident),
