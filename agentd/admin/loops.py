@@ -23,7 +23,7 @@ from agentd.engine.lifecycle import DEFAULT_RESUME_FROM
 from agentd.engine.states import ACTIVE, LoopStatus
 from agentd.errors import AgentdError
 from agentd.store import events, jobs, loops, mcp, messages, tool_calls
-from agentd.store.models import Loop, Message, ToolCall
+from agentd.store.models import Event, Loop, Message, ToolCall
 
 router = APIRouter(prefix="/admin")
 
@@ -200,6 +200,10 @@ def transcript(
     return out, pending
 
 
+#: What the reaper writes when it takes work back from a dead or stalled worker.
+RECLAIMS = ("turn.reclaimed", "tool_call.reclaimed")
+
+
 async def _live_context(state: AppState, loop: Loop) -> dict[str, Any]:
     # One snapshot for the loop and its transcript: read apart, a decision's commit could
     # land between them (a pending approval shown beside a loop still `running`).
@@ -211,7 +215,12 @@ async def _live_context(state: AppState, loop: Loop) -> dict[str, Any]:
         rows = await messages.list_(conn, loop_id=loop.id, include_hidden=True)
         calls = await tool_calls.list_for_loop(conn, loop_id=loop.id)
         queued = await jobs.list_for_loop(conn, loop_id=loop.id)
+        reclaims = await events.list_named(conn, loop_id=loop.id, names=RECLAIMS)
     items, pending = transcript(rows, calls)
+    reclaimed: dict[int, list[Event]] = {}
+    for e in reclaims:
+        if e.tool_call_id is not None:
+            reclaimed.setdefault(e.tool_call_id, []).append(e)
     agent_cls = state.registry.get(loop.agent) if loop.agent in state.registry else None
     return {
         "lp": loop,
@@ -219,6 +228,8 @@ async def _live_context(state: AppState, loop: Loop) -> dict[str, Any]:
         "items": items,
         "pending": pending,
         "jobs": queued,
+        "reclaims": reclaims,
+        "reclaimed": reclaimed,
         "active": loop.status in ACTIVE,
         "resumable": loop.status in DEFAULT_RESUME_FROM,
         "can_continue": loop.status not in ACTIVE,
