@@ -16,6 +16,7 @@ from agentd.api import (
     auth,
     body_limit,
     health,
+    json_body,
     metrics,
     problems,
     routes_approvals,
@@ -75,6 +76,7 @@ def create_app(state: AppState) -> FastAPI:
     mounts.mount_all(app, state)
     admin.mount(app, state)  # its own cookie+CSRF auth; enumerated by test_auth.py too
 
+    app.add_middleware(json_body.JsonBody)
     app.add_middleware(body_limit.BodyLimit, limit=state.settings.max_body_bytes)
     app.add_middleware(problems.CatchAll)
     return app
