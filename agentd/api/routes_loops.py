@@ -28,6 +28,7 @@ from agentd.api.state import AppState
 from agentd.db.pool import Connection, connection, transaction
 from agentd.engine.states import LoopStatus
 from agentd.errors import LoopNotFound
+from agentd.llm import prices
 from agentd.store import events, loops, messages, tool_calls
 from agentd.store.models import Loop
 
@@ -39,7 +40,7 @@ _CHANGE = problems.responses(400, 401, 403, 404, 409, 413, 422)
 
 
 def app_state(request: Request) -> AppState:
-    return request.app.state.agentd  # type: ignore[no-any-return]
+    return request.app.state.agentd
 
 
 async def _get(state: AppState, loop_id: UUID) -> Loop:
@@ -77,6 +78,8 @@ async def start_loop(
     loop_state = body.state
     if body.max_tokens_total is not None:
         loop_state = {**(loop_state or {}), "max_tokens_total": body.max_tokens_total}
+    if body.max_cost is not None:  # a string in state: JSON numbers are floats to many readers
+        loop_state = {**(loop_state or {}), "max_cost": prices.money(body.max_cost)}
 
     async def start(conn: Connection) -> Loop:
         return await state.lifecycle.start_in(
