@@ -106,6 +106,7 @@ async def test_stream_follows_a_loop_run_by_a_worker_in_another_process(
                 "agent": "calc",
                 "message": "add 1 and 2",
                 "state": {"llm": fake_llm.base_url, "stream": True},
+                "observe": False,  # so that `observed` below says the stream is connected
             },
         )
         lid = r.json()["id"]
