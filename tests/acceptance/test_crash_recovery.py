@@ -162,7 +162,9 @@ async def test_sigkill_mid_tool_reruns_the_call_once_with_the_same_idempotency_k
         loop.id,
         "tool_call.reclaimed",
     )
-    assert [(r["reason"], r["tool_call_id"]) for r in reclaims] == [("reaped_worker_dead", call_id)]
+    (reclaim,) = reclaims
+    assert reclaim["tool_call_id"] == call_id
+    assert reclaim["reason"] in ("reaped_worker_dead", "reaped_lease_expired")
 
 
 async def test_sigkill_between_checkpoint_and_continuation_replays_without_rerunning(
