@@ -14,13 +14,15 @@ import httpx
 
 from agentd import redact
 from agentd.errors import McpError, McpSessionInvalid
-from agentd.mcp import eras, jsonrpc, sse
+from agentd.mcp import eras, jsonrpc, server_facts, sse
 from agentd.mcp.port import CallContext, DeliveryResult
 from agentd.mcp.transport_errors import map_transport_errors
 from agentd.observability import tracing
 
 _SNIPPET = 200
 _ROUTING = {"mcp-method", "mcp-name", "content-length"}
+_MAX_LIST_PAGES = 50
+VERSION_HEADER = "MCP-Protocol-Version"
 
 
 @dataclass
@@ -38,9 +40,14 @@ class HttpDeliveryResult(DeliveryResult):
 class HttpTransport:
     """Deliver JSON-RPC envelopes with POST; map `Mcp-Session-Id` to the port's `session_id`.
 
-    The protocol era is detected on the first `initialize` (a `server/discover` probe) and
-    remembered per URL on this instance; `era=` pins it. Safe for concurrent use: the only
-    shared state is that era memo, and a race merely probes twice.
+    The protocol era is detected with one `server/discover` probe per server URL per
+    process (`agentd.mcp.server_facts`), not per transport object: transports are built
+    per job. A session or era error forgets the verdict, so the next request re-probes.
+    `era=` pins it for this instance. Safe for concurrent use: a race merely probes twice.
+
+    Handshake era: every request after `initialize` carries `MCP-Protocol-Version` (the
+    version the server chose). 2026-07-28: every request is stamped (`eras.stamp`) and a
+    `tools/call` mirrors its `x-mcp-header` arguments into `Mcp-Param-*` headers.
     """
 
     kind = "http"
@@ -60,10 +67,10 @@ class HttpTransport:
         self.headers = dict(headers or {})
         self.timeout = timeout
         self._client = client
-        self._eras: dict[str, eras.Era] = {url: era} if era else {}
+        self._pinned = era
 
     def era(self) -> eras.Era | None:
-        return self._eras.get(self.url)
+        return self._pinned or server_facts.of(self.url).era
 
     async def deliver(
         self,
@@ -72,37 +79,131 @@ class HttpTransport:
         session_id: str | None = None,
         context: CallContext | None = None,
     ) -> HttpDeliveryResult:
-        era = self._eras.get(self.url)
+        era = self.era()
         if payload.get("method") == "initialize" and era != "handshake":
             probe = await self._probe()
             if probe is not None:
-                body = jsonrpc.result(
-                    payload.get("id"), eras.initialize_result_from_discovery(probe.body["result"])
-                )  # type: ignore[index]
+                shaped = eras.initialize_result_from_discovery(_result_of(probe.body))
+                body = jsonrpc.result(payload.get("id"), shaped)
                 return replace(probe, body=body, session_id=None)
             era = "handshake"
         elif era is None:
             era = "modern" if await self._probe() is not None else "handshake"
         if era == "modern":
-            if jsonrpc.is_notification(payload):
-                # Nothing to acknowledge in a stateless protocol; record it as not sent.
-                return HttpDeliveryResult(
-                    body=None, session_id=None, raw_request=jsonrpc.dumps(payload), raw_response="",
-                    status=None, era="modern",
-                )  # fmt: skip
-            stamped, routing = eras.stamp(payload)
-            return await self._post(stamped, None, routing, era="modern")
-        return await self._post(payload, session_id, {}, era="handshake")
+            return await self._deliver_modern(payload)
+        return await self._deliver_handshake(payload, session_id)
+
+    async def _deliver_handshake(
+        self, payload: dict[str, Any], session_id: str | None
+    ) -> HttpDeliveryResult:
+        facts = server_facts.of(self.url)
+        method = payload.get("method")
+        extra: dict[str, str] = {}
+        if method != "initialize":
+            # 2025-06-18+: MUST on every request after initialize. A process that never
+            # saw this server's initialize (a restart) sends the version it proposes.
+            extra[VERSION_HEADER] = facts.protocol_version or eras.LATEST_HANDSHAKE_VERSION
+        result = await self._post(payload, session_id, extra, era="handshake")
+        if method == "initialize":
+            chosen = _result_of(result.body).get("protocolVersion")
+            if chosen in eras.HANDSHAKE_VERSIONS:
+                server_facts.of(self.url).protocol_version = chosen
+        return result
+
+    async def _deliver_modern(self, payload: dict[str, Any]) -> HttpDeliveryResult:
+        if jsonrpc.is_notification(payload):
+            # Nothing to acknowledge in a stateless protocol; record it as not sent.
+            return HttpDeliveryResult(
+                body=None, session_id=None, raw_request=jsonrpc.dumps(payload), raw_response="",
+                status=None, era="modern",
+            )  # fmt: skip
+        method = payload.get("method")
+        params = payload.get("params") or {}
+        stamped, routing = eras.stamp(payload)
+        if method == "tools/call" and isinstance(params, dict):
+            routing.update(await self._param_headers(params))
+        result = await self._post(stamped, None, routing, era="modern")
+        err = jsonrpc.error_of(result.body)
+        if err is not None and err.get("code") == eras.UNSUPPORTED_PROTOCOL_VERSION:
+            if eras.MODERN_VERSION in eras.supported_versions(err):
+                # Spurious (the server lists our version): retry once, as the spec asks.
+                result = await self._post(stamped, None, routing, era="modern")
+            else:
+                server_facts.forget(self.url)
+                raise McpSessionInvalid(
+                    f"MCP server {self.url} no longer speaks {eras.MODERN_VERSION} "
+                    f"({jsonrpc.describe_error(err)})"
+                )
+        elif _lost_stateless(result):
+            # Answered like a handshake-era server asking for a session: it was replaced.
+            server_facts.forget(self.url)
+            raise McpSessionInvalid(
+                f"MCP server {self.url} asks for a session now (HTTP {result.status})"
+            )
+        if method == "tools/list":
+            tools = _result_of(result.body).get("tools")
+            if isinstance(tools, list):
+                first = not (isinstance(params, dict) and params.get("cursor"))
+                server_facts.remember_tools(self.url, tools, first_page=first)
+        return result
+
+    async def terminate(self, session_id: str) -> bool:
+        """`DELETE` a handshake-era session; True when the server ended it (2xx)."""
+        headers = dict(self.headers)
+        if self.api_token:
+            headers["Authorization"] = f"Bearer {self.api_token}"
+        headers["Mcp-Session-Id"] = session_id
+        facts = server_facts.of(self.url)
+        headers[VERSION_HEADER] = facts.protocol_version or eras.LATEST_HANDSHAKE_VERSION
+        with map_transport_errors(self.url, timeout=self.timeout):
+            async with asyncio.timeout(self.timeout), self._session() as client:
+                response = await client.delete(self.url, headers=headers)
+        return 200 <= response.status_code < 300
+
+    async def _param_headers(self, params: dict[str, Any]) -> dict[str, str]:
+        """`Mcp-Param-*` for this call; lists the tools first if this process never did."""
+        if server_facts.of(self.url).param_headers is None:
+            cursor: str | None = None
+            for page in range(_MAX_LIST_PAGES):
+                listing = jsonrpc.request("tools/list", {"cursor": cursor} if cursor else {})
+                stamped, routing = eras.stamp(listing)
+                answer = await self._post(stamped, None, routing, era="modern")
+                result = _result_of(answer.body)
+                tools = result.get("tools")
+                server_facts.remember_tools(
+                    self.url, tools if isinstance(tools, list) else [], first_page=page == 0
+                )
+                cursor = result.get("nextCursor")
+                if not isinstance(cursor, str) or not cursor:
+                    break
+        name, arguments = str(params.get("name")), params.get("arguments")
+        return server_facts.param_headers(self.url, name, arguments)
 
     async def _probe(self) -> HttpDeliveryResult | None:
         """POST `server/discover`: the exchange if the server speaks 2026-07-28, else None."""
-        stamped, routing = eras.stamp(eras.discover_request())
-        try:
-            result = await self._post(stamped, None, routing, era=None, probing=True)
-        except McpSessionInvalid:
-            result = None
+        facts = server_facts.of(self.url)
+        result: HttpDeliveryResult | None = None
+        for attempt in range(2):
+            stamped, routing = eras.stamp(eras.discover_request())
+            facts.probes += 1
+            try:
+                result = await self._post(stamped, None, routing, era=None, probing=True)
+            except McpSessionInvalid:
+                result = None
+            err = jsonrpc.error_of(result.body if result else None)
+            if (
+                attempt == 0
+                and err is not None
+                and err.get("code") == eras.UNSUPPORTED_PROTOCOL_VERSION
+                and eras.MODERN_VERSION in eras.supported_versions(err)
+            ):
+                continue  # "unsupported" yet it lists ours: retry with it (SEP-2575)
+            break
         modern = result is not None and eras.is_modern_discovery(result.body)
-        self._eras[self.url] = "modern" if modern else "handshake"
+        if modern or (result is not None and (result.status or 0) < 500):
+            facts.era = "modern" if modern else "handshake"
+        # else: a broken server says nothing about its era; this request tries the
+        # handshake and the next one probes again.
         if not modern:
             return None
         assert result is not None
@@ -196,7 +297,11 @@ class HttpTransport:
         status = result.status or 0
         where = f"MCP server {self.url}"
         if status == 404 and session_id:
+            server_facts.forget(self.url)  # restarted, maybe upgraded: probe again
             raise McpSessionInvalid(f"{where} no longer knows session {session_id} (HTTP 404)")
+        if status == 400 and session_id and "protocol version" in result.raw_response.lower():
+            server_facts.forget(self.url)  # our remembered version is not the server's
+            raise McpSessionInvalid(f"{where} refused protocol version (HTTP 400)")
         if status in (401, 403):
             raise McpError(f"{where} rejected the credentials (HTTP {status})", http_status=status)
         if parsed is _GARBAGE:
@@ -221,6 +326,20 @@ class HttpTransport:
 
 
 _GARBAGE: Any = object()
+
+
+def _result_of(body: dict[str, Any] | None) -> dict[str, Any]:
+    result = body.get("result") if isinstance(body, dict) else None
+    return result if isinstance(result, dict) else {}
+
+
+def _lost_stateless(result: HttpDeliveryResult) -> bool:
+    """A stateless request answered the way handshake servers refuse a missing session."""
+    if result.status not in (400, 404):
+        return False
+    err = jsonrpc.error_of(result.body) or {}
+    said = str(err.get("message") or result.raw_response).lower()
+    return "session" in said
 
 
 def _parse_json(text: str) -> Any:
