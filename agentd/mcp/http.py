@@ -22,6 +22,9 @@ from agentd.observability import tracing
 _SNIPPET = 200
 _ROUTING = {"mcp-method", "mcp-name", "content-length"}
 _MAX_LIST_PAGES = 50
+_MAX_RESUMES = 3
+_DEFAULT_RETRY_MS = 1000
+_MAX_RETRY_MS = 10_000  # a server's `retry` is honoured, within reason
 VERSION_HEADER = "MCP-Protocol-Version"
 
 
@@ -259,9 +262,14 @@ class HttpTransport:
                     ctype = response.headers.get("content-type", "")
                     notes: list[dict[str, Any]] = []
                     if "text/event-stream" in ctype and status < 400:
-                        raw_response, body, notes = await _read_sse(
+                        raw_response, body, notes, resume = await _read_sse(
                             response, payload.get("id"), answer
                         )
+                        if resume is not None:
+                            raw_response, body = await self._resume(
+                                client, headers, response, payload.get("id"), answer,
+                                resume, raw_response, notes,
+                            )  # fmt: skip
                     else:
                         raw_response = (await response.aread()).decode("utf-8", errors="replace")
                         body = _parse_json(raw_response)
@@ -285,6 +293,43 @@ class HttpTransport:
             return result
         self._check(result, session_id=session_id, expects_answer=expects_answer, parsed=body)
         return result
+
+    async def _resume(
+        self,
+        client: httpx.AsyncClient,
+        headers: dict[str, str],
+        response: httpx.Response,
+        request_id: Any,
+        answer: Callable[[dict[str, Any]], Awaitable[None]],
+        resume: tuple[str, float],
+        raw_response: str,
+        notes: list[dict[str, Any]],
+    ) -> tuple[str, Any]:
+        """The answer's stream closed before the answer: reconnect with `GET` and
+        `Last-Event-ID` after the server's `retry` delay (SEP-1699), a few times at most."""
+        back = {k: v for k, v in headers.items() if k.lower() not in _ROUTING | {"content-type"}}
+        back["Accept"] = "text/event-stream"
+        if sid := response.headers.get("mcp-session-id"):
+            back["Mcp-Session-Id"] = sid
+        raw = [raw_response]
+        for _ in range(_MAX_RESUMES):
+            last_id, delay = resume
+            await asyncio.sleep(delay)
+            back["Last-Event-ID"] = last_id
+            async with client.stream("GET", self.url, headers=back) as again:
+                ctype = again.headers.get("content-type", "")
+                if again.status_code >= 400 or "text/event-stream" not in ctype:
+                    raise McpError(
+                        f"MCP server {self.url} closed the stream before answering request "
+                        f"{request_id!r} and refused to resume it (HTTP {again.status_code})"
+                    )
+                more, body, more_notes, next_resume = await _read_sse(again, request_id, answer)
+            raw.append(more)
+            notes.extend(more_notes)
+            if body is not None or next_resume is None:
+                return "".join(raw), body
+            resume = next_resume
+        raise McpError(f"MCP SSE stream ended without a response to request {request_id!r}")
 
     def _check(
         self,
@@ -355,9 +400,12 @@ async def _read_sse(
     response: httpx.Response,
     request_id: Any,
     answer: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
-) -> tuple[str, Any, list[dict[str, Any]]]:
+) -> tuple[str, Any, list[dict[str, Any]], tuple[str, float] | None]:
     """Read events until the response whose id matches `request_id`; earlier messages are
-    notes, and server→client requests among them are answered through `answer`."""
+    notes, and server→client requests among them are answered through `answer`.
+
+    A stream that ends first but named an event id is resumable: the last item is then
+    `(last_event_id, retry_seconds)` and the body None."""
     lines: list[str] = []
     parser = sse.EventParser()
     notes: list[dict[str, Any]] = []
@@ -382,13 +430,17 @@ async def _read_sse(
     async for line in _lines(response):
         lines.append(line)
         if (found := take(parser.feed_line(line))) is not None:
-            return "\n".join(lines) + "\n", found, notes
+            return "\n".join(lines) + "\n", found, notes, None
         while asks and answer is not None:
             await answer(asks.pop(0))
     if (found := take(parser.flush())) is not None:
-        return "\n".join(lines), found, notes
+        return "\n".join(lines), found, notes, None
     if request_id is None:
-        return "\n".join(lines), None, notes
+        return "\n".join(lines), None, notes, None
+    if parser.last_event_id is not None:
+        retry = parser.retry if parser.retry is not None else _DEFAULT_RETRY_MS
+        delay = min(retry, _MAX_RETRY_MS) / 1000
+        return "\n".join(lines) + "\n", None, notes, (parser.last_event_id, delay)
     raise McpError(f"MCP SSE stream ended without a response to request {request_id!r}")
 
 
