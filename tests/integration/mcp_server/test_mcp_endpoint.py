@@ -156,11 +156,9 @@ async def test_malformed_bodies_are_json_rpc_errors(client: httpx.AsyncClient) -
     garbage = await client.post("/mcp/demo", content=b"{not json", headers=headers)
     assert garbage.json()["error"]["code"] == -32700
     shapeless = await client.post("/mcp/demo", json={"jsonrpc": "2.0", "id": 3}, headers=headers)
-    assert shapeless.json() == {
-        "jsonrpc": "2.0",
-        "id": 3,
-        "error": {"code": -32600, "message": "Invalid Request"},
-    }
+    assert shapeless.json()["id"] == 3
+    assert shapeless.json()["error"]["code"] == -32600
+    assert shapeless.json()["error"]["message"].startswith("Invalid Request")
 
 
 async def test_get_is_405_because_there_is_no_sse_stream(client: httpx.AsyncClient) -> None:
