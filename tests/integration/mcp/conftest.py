@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -94,3 +95,86 @@ async def everything_http_url() -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         await stop(proc)
+
+
+# --- the official Python SDK, both majors ------------------------------------------------
+#
+# 2.x is this venv's own `mcp`. 1.x cannot share a venv with it, so it lives in a venv of its
+# own under test-artifacts/ (gitignored), made by .ci/run or, failing that, here on first
+# use (pip; about a minute). Tests skip with the reason when it cannot be installed.
+
+SDK1_VENV = Path(__file__).parents[3] / "test-artifacts" / "mcp-sdk1-venv"
+SDK1_REQUIREMENT = "mcp>=1.30,<2"
+
+
+def _sdk1_python() -> Path | None:
+    python = SDK1_VENV / "bin" / "python"
+    probe = [str(python), "-c", "import mcp.server.fastmcp, uvicorn"]
+    if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+        return python
+    return None
+
+
+@pytest.fixture(scope="session")
+def sdk1_python() -> Path:
+    """A Python whose `mcp` is the 1.x SDK (FastMCP), built once per machine."""
+    found = _sdk1_python()
+    if found is None:
+        try:
+            subprocess.run([sys.executable, "-m", "venv", str(SDK1_VENV)], check=True)
+            pip = [str(SDK1_VENV / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+            subprocess.run([*pip, SDK1_REQUIREMENT, "uvicorn"], check=True, timeout=600)
+        except (OSError, subprocess.SubprocessError) as exc:
+            pytest.skip(f"the mcp 1.x SDK could not be installed in {SDK1_VENV}: {exc}")
+        found = _sdk1_python()
+    if found is None:
+        pytest.skip(f"the mcp 1.x SDK in {SDK1_VENV} does not import")
+    return found
+
+
+class PeerProcess:
+    """An SDK peer server process on a fixed port, restartable (a server restart mid-loop)."""
+
+    def __init__(self, python: Path | str, script: Path, *args: str) -> None:
+        self.python, self.script, self.args = str(python), script, args
+        self.port = 0
+        self.proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    async def start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            self.python, str(self.script), "--port", str(self.port), *self.args,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        line = (await asyncio.wait_for(self.proc.stdout.readline(), timeout=30)).decode()
+        assert line.startswith("LISTENING"), line
+        self.port = int(line.split()[1])
+        await wait_for_port(self.port, self.proc)
+
+    async def stop(self) -> None:
+        if self.proc is not None:
+            await stop(self.proc)
+
+    async def restart(self) -> None:
+        await self.stop()
+        await self.start()
+
+
+@pytest.fixture(params=["1", "2"], ids=["sdk1", "sdk2"])
+async def sdk_peer(request: pytest.FixtureRequest) -> AsyncIterator[tuple[str, PeerProcess]]:
+    """(major, running HTTP server) for each major version of the official Python SDK."""
+    major = str(request.param)
+    if major == "1":
+        python: Path | str = request.getfixturevalue("sdk1_python")
+        peer = PeerProcess(python, PEERS / "sdk1_server.py")
+    else:
+        peer = PeerProcess(sys.executable, PEERS / "sdk_server.py")
+    await peer.start()
+    try:
+        yield major, peer
+    finally:
+        await peer.stop()
