@@ -40,7 +40,7 @@ from starlette.types import Receive, Scope, Send
 
 from agentd import logs, redact
 from agentd.db import pool as dbpool
-from agentd.mcp import eras, jsonrpc
+from agentd.mcp import eras, jsonrpc, mounts
 from agentd.mcp.port import CallContext
 from agentd.store import events
 from agentd.store import mcp as mcp_store
@@ -101,7 +101,9 @@ class McpEndpoint:
             log.exception("mcp_server.authorizer_failed", server=self.name)
             return Response(status_code=500)
         if principal is None:
-            return Response(status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            where = mounts.resource_metadata_url(request, self.name)
+            challenge = f'Bearer resource_metadata="{where}"'
+            return Response(status_code=401, headers={"WWW-Authenticate": challenge})
         call = _Call(request, principal, principal_label(principal), time.monotonic())
         if request.method == "DELETE":
             return await self._terminate(call)
