@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+from mcp_peer_process import PeerProcess, stop, wait_for_port
 
 NODE_DIR = Path(__file__).parents[2] / "node"
 NODE_MODULES = NODE_DIR / "node_modules"
@@ -32,34 +33,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-async def wait_for_port(port: int, proc: asyncio.subprocess.Process, within: float = 20) -> None:
-    """Poll until something accepts connections on `port` (or the process dies)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while loop.time() < deadline:
-        if proc.returncode is not None:
-            raise RuntimeError(f"server exited with {proc.returncode} before listening")
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            await asyncio.sleep(0.05)
-            continue
-        writer.close()
-        await writer.wait_closed()
-        return
-    raise TimeoutError(f"nothing listened on {port} within {within}s")
-
-
-async def stop(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        proc.terminate()
-        try:
-            await asyncio.wait_for(proc.wait(), timeout=5)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
 
 
 @pytest.fixture
@@ -130,38 +103,6 @@ def sdk1_python() -> Path:
     if found is None:
         pytest.skip(f"the mcp 1.x SDK in {SDK1_VENV} does not import")
     return found
-
-
-class PeerProcess:
-    """An SDK peer server process on a fixed port, restartable (a server restart mid-loop)."""
-
-    def __init__(self, python: Path | str, script: Path, *args: str) -> None:
-        self.python, self.script, self.args = str(python), script, args
-        self.port = 0
-        self.proc: asyncio.subprocess.Process | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    async def start(self) -> None:
-        self.proc = await asyncio.create_subprocess_exec(
-            self.python, str(self.script), "--port", str(self.port), *self.args,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
-        assert self.proc.stdout is not None
-        line = (await asyncio.wait_for(self.proc.stdout.readline(), timeout=30)).decode()
-        assert line.startswith("LISTENING"), line
-        self.port = int(line.split()[1])
-        await wait_for_port(self.port, self.proc)
-
-    async def stop(self) -> None:
-        if self.proc is not None:
-            await stop(self.proc)
-
-    async def restart(self) -> None:
-        await self.stop()
-        await self.start()
 
 
 @pytest.fixture(params=["1", "2"], ids=["sdk1", "sdk2"])

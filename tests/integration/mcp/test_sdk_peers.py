@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PEERS, PeerProcess
+from mcp_peer_process import PeerProcess
 
 from agentd.mcp import server_facts
 from agentd.mcp.client import Exchange, McpClient
@@ -17,6 +17,8 @@ from agentd.mcp.http import HttpTransport
 from agentd.mcp.toolbox import open_toolbox
 
 pytestmark = pytest.mark.slow
+
+PEERS = Path(__file__).parent / "peers"
 
 
 @pytest.fixture(autouse=True)
