@@ -6,15 +6,22 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp_peer_process import PeerProcess
 
+from agentd.db.pool import Pool, connection
 from agentd.mcp import server_facts
 from agentd.mcp.client import Exchange, McpClient
 from agentd.mcp.config import McpServerConfig
 from agentd.mcp.http import HttpTransport
 from agentd.mcp.toolbox import open_toolbox
+from agentd.registry import AgentRegistry
+from agentd.store import loops, tool_calls
+from agentd.testing import agents
+from agentd.testing.engine import eventually, fast_settings, running_engine
+from agentd.testing.fake_llm import FakeLLM, Reply, Rule, ToolCall
 
 pytestmark = pytest.mark.slow
 
@@ -132,3 +139,47 @@ async def test_each_major_over_stdio(major: str, request: pytest.FixtureRequest)
     assert "5" in (await box.call("add", {"a": 2, "b": 3})).text
     failed = await box.call("fail", {"message": "nope"})
     assert failed.is_error and "nope" in failed.text
+
+
+async def test_a_server_restarted_mid_loop_serves_the_rest_of_the_loop(
+    sdk_peer: tuple[str, PeerProcess], pool: Pool, database_url: str
+) -> None:
+    """The loop discovers tools, parks its call for approval, the server restarts, then the
+    approved call runs against the new process (handshake era: on a re-initialized session)."""
+    _, peer = sdk_peer
+
+    class Remote(agents.CalcAgent):
+        mcps = [{"name": "sdk", "url": peer.url, "timeout": 15}]
+        approval_required = ["add"]
+
+    reg = AgentRegistry()
+    reg.register("remote", Remote)
+    async with FakeLLM() as llm:
+        call = ToolCall("add", {"a": 20, "b": 22})
+        llm.add(Rule(match="add please", reply=Reply(tool_calls=[call])))
+        llm.add(Rule(reply=Reply(content="done")))
+        async with running_engine(pool, database_url, reg, settings=fast_settings()) as engine:
+            loop = await engine.lifecycle.start(
+                agent="remote", message="add please", state={"llm": llm.base_url}
+            )
+            parked = await eventually(lambda: pending(pool, loop.id), within=30)
+            await peer.restart()
+            await engine.lifecycle.decide(parked.id, approve=True, decided_by="test")
+            await eventually(lambda: finished(pool, loop.id), within=30)
+    async with connection(pool) as conn:
+        row = await loops.get(conn, loop_id=loop.id)
+        (done,) = await tool_calls.list_for_loop(conn, loop_id=loop.id)
+    assert row is not None and row.status == "completed"
+    assert done.is_success and "42" in (done.result or "")
+
+
+async def pending(pool: Pool, loop_id: Any) -> Any:
+    async with connection(pool) as conn:
+        waiting = await tool_calls.list_pending_approval(conn, loop_id=loop_id)
+    return waiting[0] if waiting else None
+
+
+async def finished(pool: Pool, loop_id: Any) -> bool:
+    async with connection(pool) as conn:
+        row = await loops.get(conn, loop_id=loop_id)
+    return row is not None and row.status in ("completed", "failed")
