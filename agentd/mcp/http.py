@@ -6,9 +6,11 @@ import asyncio
 import contextlib
 import json
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -365,9 +367,27 @@ class HttpTransport:
             )
 
     def _session(self) -> contextlib.AbstractAsyncContextManager[httpx.AsyncClient]:
-        if self._client is not None:
-            return contextlib.nullcontext(self._client)
-        return httpx.AsyncClient(timeout=self.timeout)
+        return contextlib.nullcontext(self._client or shared_client(self.url))
+
+
+# One client per origin per event loop for transports given none (the engine passes its own
+# pooled client): building an AsyncClient (and its TLS context) per request was the cost.
+# No keep-alive here, because nothing closes these clients: an idle pooled socket would
+# outlive its event loop. Timeouts come from each transport's asyncio.timeout.
+_SHARED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, httpx.AsyncClient]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def shared_client(url: str) -> httpx.AsyncClient:
+    parts = urlsplit(url)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    clients = _SHARED.setdefault(asyncio.get_running_loop(), {})
+    client = clients.get(origin)
+    if client is None or client.is_closed:
+        limits = httpx.Limits(max_keepalive_connections=0)
+        client = clients[origin] = httpx.AsyncClient(timeout=None, limits=limits)
+    return client
 
 
 _GARBAGE: Any = object()

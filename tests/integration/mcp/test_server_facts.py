@@ -12,6 +12,7 @@ from agentd.db.pool import Pool, connection
 from agentd.mcp import server_facts
 from agentd.mcp.client import McpClient
 from agentd.mcp.config import McpServerConfig
+from agentd.mcp.http import HttpTransport, shared_client
 from agentd.registry import AgentRegistry
 from agentd.store import loops
 from agentd.testing import agents
@@ -90,3 +91,16 @@ async def test_a_lost_session_re_probes_once_and_the_call_goes_through() -> None
         assert outcome.structured == {"sum": 3} and outcome.session_id != info.session_id
         assert len(server.calls("server/discover")) == 2
         assert len(server.calls("initialize")) == 2
+
+
+async def test_transports_without_a_client_share_one_per_origin() -> None:
+    async with FakeMcpServer() as server:
+        first, second = HttpTransport(server.url), HttpTransport(server.url + "?x=1")
+        other = HttpTransport("http://127.0.0.2:9/mcp")
+        assert shared_client(first.url) is shared_client(second.url)
+        assert shared_client(first.url) is not shared_client(other.url)
+        info = await McpClient(McpServerConfig(name="a", url=server.url)).initialize()
+        await McpClient(McpServerConfig(name="b", url=server.url)).call_tool(
+            "add", {"a": 1, "b": 1}, session_id=info.session_id
+        )
+        assert not shared_client(server.url).is_closed
