@@ -185,7 +185,18 @@ class HttpTransport:
         return server_facts.param_headers(self.url, name, arguments)
 
     async def _probe(self) -> HttpDeliveryResult | None:
-        """POST `server/discover`: the exchange if the server speaks 2026-07-28, else None."""
+        """POST `server/discover`: the exchange if the server speaks 2026-07-28, else None.
+
+        Single-flight per URL and credentials: loops that start together share one probe."""
+        key = (self.url, self.api_token)
+        flights = _PROBES.setdefault(asyncio.get_running_loop(), {})
+        flight = flights.get(key)
+        if flight is None:
+            flight = flights[key] = asyncio.ensure_future(self._probe_once())
+            flight.add_done_callback(lambda _: flights.pop(key, None))
+        return await asyncio.shield(flight)
+
+    async def _probe_once(self) -> HttpDeliveryResult | None:
         facts = server_facts.of(self.url)
         result: HttpDeliveryResult | None = None
         for attempt in range(2):
@@ -205,10 +216,11 @@ class HttpTransport:
                 continue  # "unsupported" yet it lists ours: retry with it (SEP-2575)
             break
         modern = result is not None and eras.is_modern_discovery(result.body)
-        if modern or (result is not None and (result.status or 0) < 500):
+        status = (result.status or 0) if result is not None else 0
+        if modern or (result is not None and status < 500 and status not in (401, 403)):
             facts.era = "modern" if modern else "handshake"
-        # else: a broken server says nothing about its era; this request tries the
-        # handshake and the next one probes again.
+        # else: a broken server, or refused credentials, say nothing about its era; this
+        # request tries the handshake and the next one probes again.
         if not modern:
             return None
         assert result is not None
@@ -377,6 +389,12 @@ class HttpTransport:
 _SHARED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, httpx.AsyncClient]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+_PROBES: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop,
+    dict[tuple[str, str | None], asyncio.Future[HttpDeliveryResult | None]],
+] = weakref.WeakKeyDictionary()
 
 
 def shared_client(url: str) -> httpx.AsyncClient:
