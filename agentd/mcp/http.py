@@ -124,11 +124,23 @@ class HttpTransport:
             )  # fmt: skip
         method = payload.get("method")
         params = payload.get("params") or {}
-        stamped, routing = eras.stamp(payload)
+        stamped, base = eras.stamp(payload)
+        routing = dict(base)
         if method == "tools/call" and isinstance(params, dict):
             routing.update(await self._param_headers(params))
         result = await self._post(stamped, None, routing, era="modern")
         err = jsonrpc.error_of(result.body)
+        if (
+            err is not None
+            and err.get("code") == eras.HEADER_MISMATCH
+            and method == "tools/call"
+            and isinstance(params, dict)
+        ):
+            # Our x-mcp-header map may predate a change of the tool: list again, retry once.
+            server_facts.of(self.url).param_headers = None
+            routing = {**base, **await self._param_headers(params)}
+            result = await self._post(stamped, None, routing, era="modern")
+            err = jsonrpc.error_of(result.body)
         if err is not None and err.get("code") == eras.UNSUPPORTED_PROTOCOL_VERSION:
             if eras.MODERN_VERSION in eras.supported_versions(err):
                 # Spurious (the server lists our version): retry once, as the spec asks.

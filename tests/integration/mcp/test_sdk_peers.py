@@ -106,6 +106,13 @@ async def test_a_tool_with_an_x_mcp_header_parameter_is_called_with_the_header(
             "forecast", {"region": region}, session_id=box.sessions["sdk"].session_id
         )
         assert again.text == f"{region}: sunny for 1 day(s)" and not again.is_error
+        # A stale memory (the tool gained its header after we listed it): the -32020 is
+        # answered by listing again and retrying once, not passed on as the tool's answer.
+        server_facts.of(peer.url).param_headers = {}
+        stale = await McpClient(config).call_tool(
+            "forecast", {"region": region}, session_id=box.sessions["sdk"].session_id
+        )
+        assert stale.text == f"{region}: sunny for 1 day(s)" and stale.client_error is None
     finally:
         await peer.stop()
 
