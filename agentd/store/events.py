@@ -57,6 +57,13 @@ async def list_(
     ]
 
 
+async def list_named(
+    conn: Connection, *, loop_id: UUID, names: Sequence[str], limit: int = 200
+) -> list[Event]:
+    rows = await conn.fetch(sql("event_list_named"), loop_id, list(names), limit)
+    return [Event.from_record(r) for r in rows]
+
+
 @dataclass(frozen=True)
 class FeedPage:
     events: list[Event]
