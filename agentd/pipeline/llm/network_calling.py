@@ -86,7 +86,9 @@ class NetworkCalling:
             await on_delta(None)  # cancel the pending flush task, if any
         ctx.runtime.telemetry.llm_attempts(ctx, ctx.response.exchanges)
         await gate.settle(ctx.response.usage)
-        ctx.events.extend(llm_events(ctx.response.exchanges, loop_id=ctx.loop.id))
+        ctx.events.extend(
+            llm_events(ctx.response.exchanges, loop_id=ctx.loop.id, token=ctx.execution_token)
+        )
         await self.app(ctx)
 
     async def _open_shell(self, ctx: TurnContext):  # type: ignore[no-untyped-def]
