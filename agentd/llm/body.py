@@ -29,16 +29,10 @@ def dumps(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Body:
-    """One request body: its pieces (texts whose concatenation is the body), the payload
-    they were encoded from, and where the conversation list sits in it."""
+    """One request body: the exact text sent, and the payload it encodes."""
 
-    pieces: list[str]
+    text: str
     payload: dict[str, Any]
-    list_key: str | None  # None: the body is a single piece
-
-    @property
-    def text(self) -> str:
-        return "".join(self.pieces)
 
     @property
     def data(self) -> bytes:
@@ -48,8 +42,14 @@ class Body:
     def sha256(self) -> str:
         return hashlib.sha256(self.data).hexdigest()
 
+    @property
+    def list_key(self) -> str | None:
+        return _list_key(self.payload)
+
 
 def _list_key(payload: dict[str, Any]) -> str | None:
+    if any(not isinstance(k, str) for k in payload):
+        return None
     for key in LIST_KEYS:
         if isinstance(payload.get(key), list):
             return key
@@ -76,13 +76,31 @@ def element(value: Any, first: bool) -> str:
 
 
 def encode(payload: dict[str, Any]) -> Body:
-    key = _list_key(payload)
-    if key is None or any(not isinstance(k, str) for k in payload):
-        return Body(pieces=[dumps(payload)], payload=payload, list_key=None)
-    head, tail = frame(payload, key)
-    items = payload[key]
-    return Body(
-        pieces=[head, *(element(v, i == 0) for i, v in enumerate(items)), tail],
-        payload=payload,
-        list_key=key,
-    )
+    return Body(text=dumps(payload), payload=payload)
+
+
+def pieces(b: Body, known_prefix: list[str] | None = None) -> list[str]:
+    """The body as pieces — the head (up to the conversation list's `[`), each element,
+    the tail — whose concatenation is exactly `b.text` (checked; else one piece).
+
+    `known_prefix`: the head and first elements of an earlier body (its pieces but the
+    tail). When this body starts with them, only its newer elements are encoded again."""
+    key = b.list_key
+    if key is None:
+        return [b.text]
+    items = b.payload[key]
+    out: list[str] | None = None
+    if known_prefix and len(known_prefix) - 1 <= len(items):
+        n = len(known_prefix) - 1  # elements in the prefix
+        prefix = "".join(known_prefix)
+        if b.text.startswith(prefix):
+            _, tail = frame(b.payload, key)
+            out = [*known_prefix, *(element(v, i == 0) for i, v in enumerate(items[n:], n)), tail]
+            if sum(map(len, out)) != len(b.text) or "".join(out) != b.text:
+                out = None
+    if out is None:
+        head, tail = frame(b.payload, key)
+        out = [head, *(element(v, i == 0) for i, v in enumerate(items)), tail]
+        if "".join(out) != b.text:
+            return [b.text]
+    return out

@@ -37,6 +37,7 @@ CACHE_AGE = 3600.0  # seconds: an older hint is dropped (the janitor may prune i
 class _Known:
     manifest: str  # hex key of the loop's last committed manifest
     pieces: list[str]  # its piece keys, in order
+    texts: list[str]  # the text sent of each of them
     sent: dict[str, str]  # the text sent of each of its pieces -> its key (no rehashing)
     safe: dict[str, str]  # key -> stored text, for the pieces that had to be redacted
     at: float
@@ -111,16 +112,19 @@ def encode(
     keys: list[str] = []
     sent: dict[str, str] = {}
     frame: tuple[str, str] | None = None
-    items = b.payload.get(b.list_key) if b.list_key is not None else None
-    last = len(b.pieces) - 1
-    for i, text in enumerate(b.pieces):
+    list_key = b.list_key
+    items = b.payload.get(list_key) if list_key is not None else None
+    texts = wire_body.pieces(b, hint.texts[:-1] if hint is not None else None)
+    last = len(texts) - 1
+    whole = len(texts) == 1
+    for i, text in enumerate(texts):
         k = known.get(text)
         if k is None:
-            if b.list_key is None:
+            if whole or list_key is None:
                 safe = wire_body.dumps(redact(b.payload))
             elif i == 0 or i == last:
                 if frame is None:
-                    frame = wire_body.frame(redact({**b.payload, b.list_key: []}), b.list_key)
+                    frame = wire_body.frame(redact({**b.payload, list_key: []}), list_key)
                 safe = frame[0] if i == 0 else frame[1]
             else:
                 assert items is not None
@@ -140,7 +144,7 @@ def encode(
     if redacted:
         # A rebuild cannot match what was sent, so the hash is of the stored (redacted)
         # text: a hash of the text around a secret would let anyone test guesses of it.
-        data = "".join(safe_of.get(k, t) for t, k in zip(b.pieces, keys, strict=True)).encode()
+        data = "".join(safe_of.get(k, t) for t, k in zip(texts, keys, strict=True)).encode()
     else:
         data = b.data
     ref = {
@@ -151,7 +155,9 @@ def encode(
         "redacted": redacted,
     }
     safe = {k: safe_of[k] for k in keys if k in safe_of}
-    return ref, _Known(manifest=mkey, pieces=keys, sent=sent, safe=safe, at=time.monotonic())
+    return ref, _Known(
+        manifest=mkey, pieces=keys, texts=texts, sent=sent, safe=safe, at=time.monotonic()
+    )
 
 
 def llm_events(

@@ -85,10 +85,15 @@ def parse_arguments(raw: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+# json.dumps with a non-default option builds an encoder per call; a long loop's prompt
+# re-renders every earlier call's arguments each turn.
+_dump_arguments = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def dump_arguments(arguments: dict[str, Any] | None, raw: str) -> str:
     if arguments is None:
         return raw
-    return json.dumps(arguments, ensure_ascii=False)
+    return _dump_arguments(arguments)
 
 
 def new_call_id() -> str:
