@@ -86,12 +86,12 @@ def _ops(base: list[str], new: list[str]) -> list[Any]:
     out: list[Any] = []
     j = 0
     while j < len(new):
-        i = where.get(new[j])
-        if i is None:
+        at = where.get(new[j])
+        if at is None:
             out.append(new[j])
             j += 1
             continue
-        n = 1
+        i, n = at, 1
         while j + n < len(new) and i + n < len(base) and base[i + n] == new[j + n]:
             n += 1
         out.append([i, i + n])
@@ -154,9 +154,9 @@ def encode(
         "bytes": len(b.data),
         "redacted": redacted,
     }
-    safe = {k: safe_of[k] for k in keys if k in safe_of}
+    held = {k: safe_of[k] for k in keys if k in safe_of}
     return ref, _Known(
-        manifest=mkey, pieces=keys, texts=texts, sent=sent, safe=safe, at=time.monotonic()
+        manifest=mkey, pieces=keys, texts=texts, sent=sent, safe=held, at=time.monotonic()
     )
 
 

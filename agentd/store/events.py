@@ -93,9 +93,8 @@ async def wire_parts(conn: Connection, *, loop_id: UUID) -> dict[str, str]:
 
 def _ref(e: Event) -> dict[str, Any] | None:
     d = e.request_data
-    if isinstance(d, dict) and isinstance(d.get("body_ref"), dict):
-        return d["body_ref"]
-    return None
+    ref = d.get("body_ref") if isinstance(d, dict) else None
+    return ref if isinstance(ref, dict) else None
 
 
 @dataclasses.dataclass(frozen=True)
