@@ -23,7 +23,7 @@ Measured, all from the same run:
 `--profile` adds a py-spy top-20 of the worker over the last third of the run.
 
     python -m bench.b7_long_loops [--loops 16 --rounds 250 --bytes 64 --concurrency 16]
-                                  [--profile]
+                                  [--profile] [--agentd-src DIR]
 """
 
 from __future__ import annotations
@@ -121,10 +121,12 @@ class Sampler:
         self.samples: list[tuple[float, float, float, float]] = []  # rounds/loop, answers, w, pg
 
     async def run(self, n_loops: int) -> None:
-        pids: list[int] = []
         while True:
-            if not pids or len(self.samples) % 20 == 0:
-                pids = await backends(self.db)
+            # Every time: a backend that connects later (the worker's pool grows) counts
+            # from the sample it first appears in, so a window's delta may miss its first
+            # tick; a backend that leaves takes its CPU with it. Both are small against a
+            # window of several seconds.
+            pids = await backends(self.db)
             answers = await self.db.fetchval(
                 "SELECT count(*) FROM messages WHERE role = 'assistant' AND NOT hidden"
             )
@@ -232,14 +234,18 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
         async with ThrowawayDB("b7") as tdb:
             env = agentd_env(tdb.url, port, token, config, a.concurrency)
             env.update(a.env or {})
+            cli = [AGENTD]
+            if a.agentd_src:  # another checkout's agentd (a same-config "before")
+                env["PYTHONPATH"] = a.agentd_src
+                cli = [PY, "-P", "-m", "agentd"]  # -P: not this checkout from the cwd
             api_url = f"http://127.0.0.1:{port}"
-            api = spawn([AGENTD, "api"], env, log)
+            api = spawn([*cli, "api"], env, log)
             worker = None
             try:
                 await wait_http(f"{api_url}/healthz")
                 loop_ids = await start_loops(api_url, token, a.loops)
                 t0 = time.perf_counter()
-                worker = spawn([AGENTD, "worker"], env, log)
+                worker = spawn([*cli, "worker"], env, log)
                 db = await asyncpg.connect(tdb.url)
                 sdb = await asyncpg.connect(tdb.url)
                 sampler = Sampler(sdb, worker.pid)
@@ -305,6 +311,11 @@ def main() -> None:
     p.add_argument("--profile", action="store_true")
     p.add_argument("--profile-seconds", type=float, default=20)
     p.add_argument("--env", type=lambda s: dict(kv.split("=", 1) for kv in s.split(",")))
+    p.add_argument(
+        "--agentd-src",
+        help="run `agentd worker`/`api` from this source tree (e.g. an export of the"
+        " commit before a change); the schema is this checkout's (migrations are expand-only)",
+    )
     a = p.parse_args()
     from agentd import logs
 

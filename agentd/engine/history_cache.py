@@ -33,6 +33,7 @@ class Entry:
     last_id: int
     rows: list[Message]
     calls: list[ToolCall]
+    rendered: prompt.Rendered  # the loop's rows as prompt messages (engine/prompt.py)
 
 
 class HistoryCache:
@@ -48,6 +49,11 @@ class HistoryCache:
         if e is None or e.token != generation:
             return None
         return e.last_id
+
+    def rendered(self, loop_id: uuid.UUID) -> prompt.Rendered | None:
+        """The loop's render memo, for prompt.history (None: not held)."""
+        e = self.entries.get(loop_id)
+        return e.rendered if e is not None else None
 
     def merge(
         self, loop_id: uuid.UUID, after: int, rows: list[Message], calls: list[ToolCall]
@@ -74,7 +80,13 @@ class HistoryCache:
         call_ids = {r.tool_call_id for r in kept if r.tool_call_id is not None}
         held = [c for c in calls if c.message_id in ids or c.id in call_ids]
         last = max((r.id for r in rows), default=0)
-        self.entries[loop_id] = Entry(token=token, last_id=last, rows=kept, calls=held)
+        old = self.entries.get(loop_id)
+        memo = old.rendered if old is not None else {}
+        for stale in memo.keys() - ids:  # rows that left the prompt (compaction)
+            del memo[stale]
+        self.entries[loop_id] = Entry(
+            token=token, last_id=last, rows=kept, calls=held, rendered=memo
+        )
         self.entries.move_to_end(loop_id)
         while len(self.entries) > self.max_loops:
             self.entries.popitem(last=False)

@@ -300,7 +300,7 @@ class Worker:
                 rows, calls = merged
             pre = dataclasses.replace(pre, messages=rows, tool_calls=calls, after=None)
         self.history.record(loop.id, loop.execution_token, rows, calls)
-        return pre
+        return dataclasses.replace(pre, rendered=self.history.rendered(loop.id))
 
     async def _run_tool(
         self,

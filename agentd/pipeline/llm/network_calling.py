@@ -41,7 +41,8 @@ class NetworkCalling:
         provider = await resolve(agent.llm_provider())
         if not ctx.history:  # Compaction (or a host middleware) may have built it already
             rows, calls = await ctx.prompt_inputs()
-            ctx.history = prompt.history(agent.system_prompt, rows, calls)
+            memo = getattr(ctx.prefetch, "rendered", None)  # the worker's, for this loop
+            ctx.history = prompt.history(agent.system_prompt, rows, calls, memo=memo)
         ctx.request = LLMRequest(
             provider=provider,
             messages=ctx.history,

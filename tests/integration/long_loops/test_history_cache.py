@@ -60,7 +60,8 @@ def oracle(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
             rows = await messages.list_(conn, loop_id=loop.id)
             calls = await tool_calls.list_for_loop(conn, loop_id=loop.id)
         want = prompt.history("s", rows, calls)
-        got = prompt.history("s", merged.messages, merged.tool_calls)
+        # With the worker's render memo, as NetworkCalling builds it.
+        got = prompt.history("s", merged.messages, merged.tool_calls, memo=merged.rendered)
         if want != got:
             seen["mismatches"].append((loop.id, len(want), len(got)))
         return merged
@@ -171,6 +172,34 @@ def test_cache_is_a_hint_keyed_by_generation_and_last_id() -> None:
     for _ in range(2):  # evicted past max_loops
         cache.record(uuid.uuid4(), uuid.uuid4(), [], [])
     assert cache.after(loop, token) is None
+
+
+def test_render_memo_reuses_only_the_same_row_and_call_objects() -> None:
+    import dataclasses
+    from datetime import UTC, datetime
+
+    from agentd.store.models import ToolCall as CallRow
+
+    now = datetime.now(UTC)
+    lid = uuid.uuid4()
+    base = dict(loop_id=lid, reasoning=None, hidden=False, status="completed", step=None,
+                execution_token=None, metadata={}, tokens_prompt=None, tokens_completion=None,
+                tokens_cached=None, ttft=None, duration=None, finish_reason=None,
+                error_message=None, created_at=now, updated_at=now)  # fmt: skip
+    asked = MessageRow(id=1, role="assistant", content="", tool_call_id=None, **base)
+    answer = MessageRow(id=2, role="tool", content="3", tool_call_id=7, **base)
+    fields = {f: None for f in CallRow.__dataclass_fields__}
+    call = CallRow(**{**fields, "id": 7, "loop_id": lid, "message_id": 1, "position": 0,
+                      "provider_call_id": "c7", "name": "add", "arguments": {"a": 1},
+                      "metadata": {}, "is_success": True})  # fmt: skip
+    memo: prompt.Rendered = {}
+    first = prompt.history("s", [asked, answer], [call], memo=memo)
+    again = prompt.history("s", [asked, answer], [call], memo=memo)
+    assert again[1] is first[1] and again[2] is first[2]  # reused
+    failed = dataclasses.replace(call, is_success=False)  # a newer version of the call
+    third = prompt.history("s", [asked, answer], [failed], memo=memo)
+    assert third[2] is not first[2] and third[2].is_error
+    assert third == prompt.history("s", [asked, answer], [failed])  # as without a memo
 
 
 async def test_delta_read_returns_only_new_rows_of_a_long_loop(pool: Pool) -> None:
