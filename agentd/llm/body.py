@@ -12,19 +12,37 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 LIST_KEYS = ("messages", "contents", "input")
 
 
-# One encoder for every call: json.dumps with non-default options builds a new one each
-# time, which costs more than encoding a short message.
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+def _default(o: Any) -> Any:
+    raise TypeError(f"Object of type {o.__class__.__name__} is not JSON serializable")
 
 
-def dumps(value: Any) -> str:
-    return _encode(value)
+def encoder(*, separators: tuple[str, str], allow_nan: bool) -> Callable[[Any], str]:
+    """json.dumps(value, ensure_ascii=False, separators=..., allow_nan=...), built once.
+
+    json.dumps with a non-default option builds a JSONEncoder and a C encoder on every
+    call, which costs more than encoding a short message; a long loop's prompt encodes
+    hundreds of them a turn. Same output (no circular check: it raises RecursionError)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # not CPython's accelerator: the plain path
+        return json.JSONEncoder(
+            ensure_ascii=False, separators=separators, allow_nan=allow_nan
+        ).encode
+    item, key = separators
+    run = make(
+        None, _default, json.encoder.encode_basestring, None, key, item, False, False, allow_nan
+    )
+    return lambda value: "".join(run(value, 0))
+
+
+dumps = encoder(separators=(",", ":"), allow_nan=False)  # httpx's request encoding
 
 
 @dataclass(frozen=True)
