@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from agentd.engine import prompt
 from agentd.store.models import Message, ToolCall
 
-MAX_LOOPS = 256
+MAX_LOOPS = 64  # each holds a transcript: a few chained loops per LLM slot
 
 
 @dataclass(frozen=True)

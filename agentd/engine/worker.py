@@ -54,7 +54,7 @@ class Worker:
         self.stop: asyncio.Event | None = None  # run()'s: set, nothing new starts here
         self.context: contextvars.Context | None = None  # run()'s, for chained jobs
         # The transcripts of loops this worker ran, so a chained turn reads only new rows.
-        self.history = HistoryCache()
+        self.history = HistoryCache(max_loops=max(64, 2 * s.llm_concurrency))
 
     # --- waking and control -------------------------------------------------------------
 

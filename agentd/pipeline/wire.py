@@ -29,7 +29,7 @@ from agentd.llm import body as wire_body
 from agentd.llm.types import WireExchange
 from agentd.store.models import NewEvent
 
-CACHE_LOOPS = 512  # loops whose last manifest this process remembers
+CACHE_LOOPS = 128  # loops whose last request this process remembers (its text, in pieces)
 CACHE_AGE = 3600.0  # seconds: an older hint is dropped (the janitor may prune idle loops' parts)
 
 
