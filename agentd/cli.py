@@ -520,8 +520,9 @@ async def _prune(settings: Settings, args: argparse.Namespace) -> int:
     async with _database(settings, migrate_first=False) as (pool, _):
         report = await Janitor(settings, pool).prune_once()
     print(
-        f"agentd: pruned {report.events} event(s), {report.inbound_sessions} inbound MCP"
-        f" session(s), {report.wire_logs} wire log(s), {report.wire_parts} wire part(s)"
+        f"agentd: pruned {report.events} event(s), {report.inbound_sessions} inbound MCP "
+        f"session(s), {report.idempotency_keys} expired idempotency key(s), "
+        f"{report.wire_logs} wire log(s), {report.wire_parts} wire part(s)"
     )
     return 0
 

@@ -1,12 +1,14 @@
-"""Janitor: retention of wire logs (on by default), events and inbound MCP sessions (opt-in).
+"""Janitor: retention of wire logs (on by default), events and inbound MCP sessions
+(opt-in), and the expiry of loop idempotency keys, in batches.
 
 Guarantee: deletes in batches of `janitor_batch_size` (no long lock); inbound sessions go
 by creation age and take their events with them even when event retention is unset; wire
 logs (`llm.request`, `mcp.*` events) go after `wire_log_retention` (30 days by default),
 then the stored request parts of loops whose newest part is that old — messages and every
-other event stay (docs/long-loops.md).
+other event stay (docs/long-loops.md); idempotency keys go once past
+`idempotency_key_retention` (they answer for nothing then).
 Tolerates: several janitors at once (deletes are idempotent).
-Never: deletes anything when every retention is unset; a message.
+Never: deletes events or sessions when every retention is unset; a message.
 Called by: engine.service (every `janitor_interval`), `agentd prune`.
 """
 
@@ -21,7 +23,7 @@ from agentd import logs
 from agentd.db.pool import DB_ERRORS, Pool, transaction
 from agentd.engine.ticks import Signal, ticks
 from agentd.settings import Settings
-from agentd.store import events, mcp, workers
+from agentd.store import events, idempotency_keys, mcp, workers
 
 log = logs.get("agentd.janitor")
 
@@ -32,6 +34,7 @@ class PruneReport:
     inbound_sessions: int = 0
     wire_logs: int = 0
     wire_parts: int = 0
+    idempotency_keys: int = 0
 
     def as_log(self) -> dict[str, int]:
         return asdict(self)
@@ -67,6 +70,13 @@ class Janitor:
                 report.events += n
                 if n < s.janitor_batch_size:
                     break
+        cutoff = now - s.idempotency_key_retention
+        while True:
+            async with transaction(self.pool) as conn:
+                n = await idempotency_keys.prune(conn, cutoff=cutoff, batch=s.janitor_batch_size)
+            report.idempotency_keys += n
+            if n < s.janitor_batch_size:
+                break
         async with transaction(self.pool) as conn:
             await workers.record_maintenance(conn, name="janitor", report=report.as_log())
         return report

@@ -10,6 +10,7 @@ Called by: engine (pipelines, lifecycle, reaper), api (transcript).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -170,5 +171,15 @@ async def update_partial_many(
     contents: list[str],
     reasonings: list[str | None],
     tokens: list[UUID],
-) -> None:
-    await conn.execute(sql("message_update_partial_many"), ids, contents, reasonings, tokens)
+) -> dict[int, bool]:
+    """Write the partials still fenced; {shell id: its loop is observed} for those written."""
+    rows = await conn.fetch(sql("message_update_partial_many"), ids, contents, reasonings, tokens)
+    return {int(r["id"]): bool(r["observed"]) for r in rows}
+
+
+async def cost_by_model(
+    conn: Connection, *, since: datetime, until: datetime, agent: str | None
+) -> list[dict[str, Any]]:
+    """Per (agent, model): cost (Decimal or None), turns, unpriced_turns."""
+    rows = await conn.fetch(sql("message_cost_by_model"), since, until, agent)
+    return [dict(r) for r in rows]

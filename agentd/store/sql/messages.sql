@@ -166,11 +166,30 @@ SET summary_through = (SELECT max(c.id) FROM messages c
                        WHERE c.loop_id = $1 AND c.forked_from_message_id <= s.summary_through)
 WHERE s.loop_id = $1 AND s.summary_through IS NOT NULL;
 
--- name: message_update_partial_many :exec
+-- name: message_update_partial_many :many
 -- StreamFlusher, one statement per tick for every streaming shell of the process; fence:
--- still processing under the turn's token.
+-- still processing under the turn's token. Answers each written shell's loop `observed`
+-- flag (read, not locked), so a turn started unobserved publishes once someone subscribes.
 -- $1 ids bigint[] · $2 contents text[] · $3 reasonings text[] · $4 tokens uuid[]
 UPDATE messages AS m
 SET content = x.c, reasoning = x.r, updated_at = now()
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::uuid[]) AS x(id, c, r, tok)
-WHERE m.id = x.id AND m.status = 'processing' AND m.execution_token = x.tok;
+WHERE m.id = x.id AND m.status = 'processing' AND m.execution_token = x.tok
+RETURNING m.id, (SELECT l.observed FROM loops AS l WHERE l.id = m.loop_id) AS observed;
+
+-- name: message_cost_by_model :many
+-- API /v1/costs: per agent and model, the cost of the model calls (assistant messages and
+-- compaction summaries carrying metadata.usage) of the loops created in [$1, $2). Copies
+-- made by a fork are left out (the source loop counted them); no fence.
+-- $1 since timestamptz · $2 until timestamptz · $3 agent text|null
+SELECT l.agent, m.metadata -> 'usage' ->> 'model' AS model,
+       sum((m.metadata -> 'usage' ->> 'cost')::numeric) AS cost,
+       count(*)::bigint AS turns,
+       (count(*) FILTER (WHERE m.metadata -> 'usage' ->> 'cost' IS NULL))::bigint
+           AS unpriced_turns
+FROM loops l
+JOIN messages m ON m.loop_id = l.id
+WHERE l.created_at >= $1 AND l.created_at < $2 AND ($3::text IS NULL OR l.agent = $3)
+  AND m.metadata ? 'usage' AND NOT m.hidden AND m.forked_from_message_id IS NULL
+GROUP BY 1, 2
+ORDER BY 1, 2;
