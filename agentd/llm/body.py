@@ -1,11 +1,12 @@
-"""A request body encoded once, as the concatenation of pieces the wire log can share.
+"""A request body encoded once, and the pieces of it the wire log can share.
 
-The bytes sent are exactly `"".join(pieces).encode()`: the JSON of the payload (httpx's own
-encoding: UTF-8, no ASCII escaping, compact separators, no NaN), written out by hand so that
-each element of the conversation list (`messages`, or Gemini's `contents`) is one piece,
-with the frame before and after it as two more. A turn's prompt extends the previous one,
-so all but its newest pieces were already in the previous request: pipeline/wire.py stores
-each piece once per loop and the request as a reference to them (docs/long-loops.md).
+The bytes sent are the JSON of the payload as httpx would encode it (UTF-8, no ASCII
+escaping, compact separators, no NaN), encoded once per call. `pieces` splits that exact
+text into the part before the conversation list (`messages`, or Gemini's `contents`), each
+element of it, and the part after it — checked to concatenate back to the text, else one
+piece. A turn's prompt extends the previous one, so all but its newest pieces were in the
+previous request: pipeline/wire.py stores each piece once per loop and the request as a
+reference to them (docs/long-loops.md).
 """
 
 from __future__ import annotations
