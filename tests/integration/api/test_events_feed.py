@@ -7,10 +7,12 @@ import httpx
 import pytest
 
 from agentd.db.pool import Pool, connection
+from agentd.registry import AgentRegistry
 from agentd.store import events
 from agentd.store.models import NewEvent
 from agentd.testing import factories
-from agentd.testing.engine import eventually
+from agentd.testing.engine import eventually, running_engine
+from agentd.testing.fake_llm import FakeLLM, Reply, Rule
 
 
 async def _seed(pool: Pool) -> tuple[str, str]:
@@ -183,3 +185,37 @@ async def test_a_rare_filter_scans_bounded_windows_and_its_cursor_still_advances
         await client.get("/v1/events", params={"types": "loop.completed", "after": ids[1]})
     ).json()
     assert [e["id"] for e in second["items"]] == [ids[3]] and second["next_cursor"] is None
+
+
+async def test_wire_logs_in_the_feed_carry_their_body_as_on_the_loops_own_list(
+    client: httpx.AsyncClient,
+    pool: Pool,
+    database_url: str,
+    registry: AgentRegistry,
+) -> None:
+    async with FakeLLM() as fake:
+        fake.add(Rule(match=lambda last: True, reply=Reply(content="hello")))
+        async with running_engine(pool, database_url, registry):
+            r = await client.post(
+                "/v1/loops",
+                json={"agent": "calc", "message": "hi", "state": {"llm": fake.base_url}},
+            )
+            lid = r.json()["id"]
+
+            async def completed() -> bool:
+                return (await client.get(f"/v1/loops/{lid}")).json()["status"] == "completed"
+
+            await eventually(completed)
+    own = [
+        e
+        for e in (await client.get(f"/v1/loops/{lid}/events")).json()["items"]
+        if e["name"] == "llm.request"
+    ]
+    assert own and own[0]["request_data"]["body"]  # the body as sent, rebuilt
+
+    async def in_feed() -> list[dict]:
+        page = await client.get("/v1/events", params={"loop": lid, "types": "llm.request"})
+        return page.json()["items"]
+
+    fleet = await eventually(in_feed)
+    assert [e["request_data"] for e in fleet] == [e["request_data"] for e in own]
