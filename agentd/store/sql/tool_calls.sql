@@ -39,6 +39,19 @@ SET result = $3, structured_result = $4, is_success = $5, error_message = $6,
 WHERE id = $1 AND lease_token = $2 AND executed_at IS NULL
 RETURNING *;
 
+-- name: tool_call_fail :one
+-- Tool ErrorHandling, after a middleware crashed, in the transaction that fails the loop
+-- (the loop row is already locked: loop first). The call gets what failed it, is no longer
+-- leased, and a checkpointed result is kept. Fence: no result message yet.
+-- $1 id bigint · $2 error_message text
+UPDATE tool_calls
+SET status = CASE WHEN executed_at IS NULL THEN 'failed' ELSE status END,
+    is_success = CASE WHEN executed_at IS NULL THEN false ELSE is_success END,
+    error_message = coalesce(error_message, $2),
+    lease_token = NULL, leased_until = NULL, lease_worker_id = NULL, updated_at = now()
+WHERE id = $1 AND response_message_id IS NULL
+RETURNING *;
+
 -- name: tool_call_finish :one
 -- ResponseCreation, the whole end of a tool call in one round trip: the function
 -- (migrations/0008) locks the loop, checks every fence before writing (generation, this
