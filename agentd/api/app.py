@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from agentd import __about__, admin
+from agentd import __about__, admin, redact
 from agentd.api import (
     auth,
     body_limit,
@@ -44,6 +44,9 @@ def create_app(state: AppState) -> FastAPI:
         redoc_url=None,
     )
     app.state.agentd = state
+    redact.remember(
+        state.api_token, *(t.get_secret_value() for t in state.settings.read_tokens)
+    )  # an echoed token is masked in events and logs, in any encoding
     app.state.stream_hub = streams.StreamHub(state.database_url)
     app.state.metrics = metrics.Metrics(state)
     problems.install(app)
