@@ -42,6 +42,14 @@ SET frozen = coalesce($2, frozen), observed = coalesce($3, observed), updated_at
 WHERE id = $1
 RETURNING *;
 
+-- name: loop_merge_state :one
+-- Lifecycle.resume under the loop lock: the loop's own limits (`max_steps`,
+-- `max_tokens_total`) merged into its state; no fence (the lock is the caller's).
+-- $1 id uuid · $2 patch jsonb
+UPDATE loops SET state = state || $2::jsonb, updated_at = now()
+WHERE id = $1
+RETURNING *;
+
 -- name: loop_finalize_turn :one
 -- ResponseParsing; fence: status running AND execution_token = $2.
 -- $1 id uuid · $2 execution_token uuid · $3 completed bool · $4 tokens_prompt int · $5 tokens_completion int · $6 tokens_cached int · $7 tokens_estimated bool
