@@ -218,8 +218,7 @@ async def _live_context(state: AppState, loop: Loop) -> dict[str, Any]:
         "budget": tokens.budget(agent_cls, loop),
         "step_limit": loop_limits.max_steps(agent_cls, loop),
         # Paused by its own limits: resume offers raising them (a plain resume re-pauses).
-        "limit_paused": loop.status == LoopStatus.PAUSED
-        and loop.status_reason in LIMIT_REASONS,
+        "limit_paused": loop.status == LoopStatus.PAUSED and loop.status_reason in LIMIT_REASONS,
         "items": items,
         "pending": pending,
         "jobs": queued,

@@ -336,9 +336,7 @@ class Lifecycle:
                     f"loop is {loop.status}; resume allowed from {sorted(allowed)}",
                     current_status=loop.status,
                 )
-            patch = loop_limits.raised(
-                loop, max_steps=max_steps, max_tokens_total=max_tokens_total
-            )
+            patch = loop_limits.raised(loop, max_steps=max_steps, max_tokens_total=max_tokens_total)
             if patch:
                 loop = await loops.merge_state(conn, loop_id=loop.id, patch=patch) or loop
             row = await self._dispatch(conn, loop, TransitionReason.RESUMED)

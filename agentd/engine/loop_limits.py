@@ -39,8 +39,7 @@ def raised(loop: Loop, *, max_steps: int | None, max_tokens_total: int | None) -
     if max_steps is not None:
         if max_steps <= loop.step_count:
             raise BadRequest(
-                f"max_steps must exceed the loop's step_count ({loop.step_count}); "
-                f"got {max_steps}"
+                f"max_steps must exceed the loop's step_count ({loop.step_count}); got {max_steps}"
             )
         patch["max_steps"] = max_steps
     if max_tokens_total is not None:
