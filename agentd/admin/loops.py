@@ -18,7 +18,7 @@ from fastapi.responses import Response, StreamingResponse
 from agentd.admin import live, render
 from agentd.api.state import AppState
 from agentd.db.pool import connection
-from agentd.engine import loop_limits, tokens
+from agentd.engine import costs, loop_limits, tokens
 from agentd.engine.lifecycle import DEFAULT_RESUME_FROM
 from agentd.engine.states import ACTIVE, LoopStatus
 from agentd.errors import AgentdError, BadRequest
@@ -216,6 +216,7 @@ async def _live_context(state: AppState, loop: Loop) -> dict[str, Any]:
     return {
         "lp": loop,
         "budget": tokens.budget(agent_cls, loop),
+        "cost_budget": costs.budget(agent_cls, loop),
         "step_limit": loop_limits.max_steps(agent_cls, loop),
         # Paused by its own limits: resume offers raising them (a plain resume re-pauses).
         "limit_paused": loop.status == LoopStatus.PAUSED and loop.status_reason in LIMIT_REASONS,
