@@ -10,7 +10,7 @@ secret inside `Basic dXNlcjpzay0…`). A match in a decoded view masks the raw c
 was decoded from, so the rest of the text is stored as it was. See docs/security.md.
 
 Cheap on the hot path: every detector is gated by a substring test, and a decoded view is
-built only when the text holds an escape that decodes to a character secrets are made of.
+built only when the text holds an escape beyond the `\\n` / `\\"` every JSON body is full of.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import bisect
 import re
 import string
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 MASK = "[REDACTED]"
 _SECRET_HEADERS = {
@@ -92,26 +92,31 @@ _MAX_KNOWN = 256
 # Replaced, never mutated, so a reader in another thread iterates a stable tuple.
 _known: dict[str, tuple[str, ...]] = {}
 _known_items: tuple[tuple[str, tuple[str, ...]], ...] = ()
+_pinned: frozenset[str] = frozenset()
 
 
-def remember(*values: str | None) -> None:
-    """Mask these exact values (and every encoding of them) wherever text is redacted."""
-    global _known, _known_items
+def remember(*values: str | None, pin: bool = False) -> None:
+    """Mask these exact values (and every encoding of them) wherever text is redacted.
+    `pin`: a configured secret (API tokens, env keys), never evicted by per-loop ones."""
+    global _known, _known_items, _pinned
     fresh = [v for v in values if v and len(v) >= _MIN_SECRET and v not in _known]
     if not fresh:
         return
     known = dict(_known)
     for v in fresh:
         known[v] = _b64_cores(v)
-    while len(known) > _MAX_KNOWN:  # per-loop tokens must not grow this without bound
-        del known[next(iter(known))]
+    if pin:
+        _pinned = _pinned | set(fresh)
+    # Per-loop secrets (a key from a loop's state) must not grow this without bound.
+    for old in [k for k in known if k not in _pinned][: max(0, len(known) - _MAX_KNOWN)]:
+        del known[old]
     _known, _known_items = known, tuple(known.items())
 
 
 def forget_all() -> None:
     """Tests: start from no known secret."""
-    global _known, _known_items
-    _known, _known_items = {}, ()
+    global _known, _known_items, _pinned
+    _known, _known_items, _pinned = {}, (), frozenset()
 
 
 def _b64_cores(secret: str) -> tuple[str, ...]:
@@ -131,16 +136,15 @@ def _b64_cores(secret: str) -> tuple[str, ...]:
 # --- views: a text some stored text decodes to, with the way back to its characters ------
 
 
-class _View:
+class _View(Protocol):
     """A text derived from the raw one; `spans(a, b)` are the raw ranges [a, b) came from."""
 
     text: str
 
-    def spans(self, a: int, b: int) -> list[tuple[int, int]]:
-        raise NotImplementedError
+    def spans(self, a: int, b: int) -> list[tuple[int, int]]: ...
 
 
-class _Raw(_View):
+class _Raw:
     def __init__(self, text: str) -> None:
         self.text = text
 
@@ -148,7 +152,7 @@ class _Raw(_View):
         return [(a, b)]
 
 
-class _Decoded(_View):
+class _Decoded:
     """`parent` with escapes that decode to secret characters replaced by them."""
 
     def __init__(
@@ -170,7 +174,7 @@ class _Decoded(_View):
         return self.parent.spans(self._parent_pos(a, False), self._parent_pos(b - 1, True))
 
 
-class _Joined(_View):
+class _Joined:
     """Pieces of the raw text (one key's values across SSE events) read as one string."""
 
     def __init__(self, pieces: list[tuple[int, int]], raw: str) -> None:

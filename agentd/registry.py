@@ -45,7 +45,7 @@ class McpEntryConfig(BaseModel):
         data = self.model_dump(exclude={"api_token_env"}, exclude_none=True)
         if self.api_token_env:
             data["api_token"] = os.environ.get(self.api_token_env)
-            redact.remember(data["api_token"])
+            redact.remember(data["api_token"], pin=True)
         return data
 
 

@@ -46,7 +46,7 @@ def create_app(state: AppState) -> FastAPI:
     )
     app.state.agentd = state
     redact.remember(
-        state.api_token, *(t.get_secret_value() for t in state.settings.read_tokens)
+        state.api_token, *(t.get_secret_value() for t in state.settings.read_tokens), pin=True
     )  # an echoed token is masked in events and logs, in any encoding
     app.state.stream_hub = streams.StreamHub(state.database_url)
     app.state.metrics = metrics.Metrics(state)

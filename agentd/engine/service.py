@@ -60,6 +60,7 @@ class Engine:
         redact.remember(
             self.settings.api_token.get_secret_value() if self.settings.api_token else None,
             *(t.get_secret_value() for t in self.settings.read_tokens),
+            pin=True,
         )
 
         self.llm_client = self.llm or LLMClient(
