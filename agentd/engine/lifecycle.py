@@ -6,7 +6,8 @@ what it makes runnable in that transaction, rotates or clears the execution toke
 stale worker cannot write, and tells workers (NOTIFY) to cancel in-flight work it revokes.
 Tolerates: concurrent calls on the same loop (they serialize on the row lock), a worker
 finishing a turn at the same instant (its fence fails or ours sees the new status).
-Never: holds a connection across anything but SQL.
+Never: holds a connection across anything but SQL; locks a tool call (or anything else)
+before its loop — the loop row first, always (agentd/store/__init__.py: the lock order).
 Called by: api routes, the CLI, the demo, tests.
 """
 

@@ -8,7 +8,9 @@ job, (5) orphaned `processing` shells, (6) approval deadlines.
 Guarantee: each case is one statement that re-checks its condition under row locks taken
 with SKIP LOCKED, rotates the generation and enqueues in the same transaction, so racing
 reapers resolve to one and a stale worker can never write afterwards.
-Tolerates: any number of reapers at once, including `agentd reap` beside daemons.
+Tolerates: any number of reapers at once, including `agentd reap` beside daemons, and any
+lifecycle call or finalizer at once (loop first, then calls, both SKIP LOCKED: a sweep
+never waits, so it never deadlocks; agentd/store/__init__.py).
 Never: touches paused, frozen or terminal loops, or calls awaiting a person.
 Called by: engine.service (liveness every `liveness_interval`, sweep every
 `reaper_interval`), `agentd reap`.
