@@ -228,3 +228,74 @@ async def test_approve_racing_pause_never_deadlocks(wide_pool: Pool) -> None:
         status, (after,), js = await state(pool, loop)
         assert status == "paused" and after.approval_status == "approved"
         assert js == []  # a paused loop runs the approved call on resume
+
+
+async def finish_calls(pool: Pool, rows: list[Any]) -> None:
+    """Each call's worker ends it (checkpoint, result, the loop's next turn), all at once."""
+
+    async def one(loop: Loop, call: ToolCall) -> None:
+        assert loop.execution_token is not None and call.lease_token is not None
+        async with transaction(pool) as conn:
+            await tool_calls.finish(
+                conn,
+                tool_call_id=call.id,
+                loop_id=loop.id,
+                lease_token=call.lease_token,
+                generation=loop.execution_token,
+                checkpoint=tool_calls.Checkpoint("3", None, True, None, 0.01),
+                sequential=False,
+                new_token=uuid.uuid4(),
+                status_reason="tools_resolved",
+                llm_lease_seconds=30,
+                tool_lease_seconds=30,
+                notify_llm=False,
+                notify_tool=False,
+                call_events=[],
+                attach=[],
+            )
+
+    await asyncio.gather(*(one(loop, call) for loop, call in rows))
+
+
+async def test_a_tool_call_finishing_racing_pause_never_deadlocks(wide_pool: Pool) -> None:
+    pool, lc = wide_pool, lifecycle(wide_pool)
+
+    async def pause(rows: list[Any]) -> None:
+        await each(lambda loop, _c: lc.pause(loop.id), rows)
+
+    for loop, _ in await race(pool, leased_call, pause, lambda rows: finish_calls(pool, rows)):
+        status, _, js = await state(pool, loop)
+        assert status == "paused" and js == []
+
+
+async def test_a_tool_call_finishing_racing_the_stalled_call_sweep_never_deadlocks(
+    wide_pool: Pool,
+) -> None:
+    pool, reaper = wide_pool, Reaper(fast_settings(), wide_pool)
+
+    async def liveness(rows: list[Any]) -> None:
+        await reaper.liveness_once()
+
+    for loop, _ in await race(pool, stalled_call, lambda rows: finish_calls(pool, rows), liveness):
+        status, (call,), js = await state(pool, loop)
+        if call.response_message_id is not None:  # the worker's result won
+            assert status == "queued" and [j["queue"] for j in js] == ["llm"]
+        else:  # the reaper's reclaim won: the stale worker wrote nothing
+            assert status == "running" and [j["tool_call_id"] for j in js] == [call.id]
+
+
+async def test_an_expired_turn_sweep_racing_pause_never_deadlocks(wide_pool: Pool) -> None:
+    pool, lc, reaper = wide_pool, lifecycle(wide_pool), Reaper(fast_settings(), wide_pool)
+
+    async def expired_turn(conn: Any) -> tuple[Loop, None]:
+        return await factories.loop(conn, status="running", lease_in=-1), None
+
+    async def pause(rows: list[Any]) -> None:
+        await each(lambda loop, _c: lc.pause(loop.id), rows)
+
+    async def liveness(rows: list[Any]) -> None:
+        await reaper.liveness_once()
+
+    for loop, _ in await race(pool, expired_turn, pause, liveness):
+        status, _, js = await state(pool, loop)
+        assert status == "paused" and js == []
