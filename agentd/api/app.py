@@ -9,13 +9,9 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.security import HTTPBearer
 
-<<<<<<< HEAD
 from agentd import __about__, admin, redact
-=======
-from agentd import __about__, admin
 from agentd.admin import auth as admin_auth
 from agentd.admin import render as admin_render
->>>>>>> main
 from agentd.api import (
     auth,
     body_limit,
