@@ -41,9 +41,17 @@ SECRET_CHARS = string.ascii_letters + string.digits + "-_"
 # --- the checker: every text a reader can decode a stored text to ---------------------------
 
 
+_SIMPLE = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
+
+
 def _json_unescape(s: str) -> str:
-    s = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), s)
-    return re.sub(r"\\(.)", r"\1", s)
+    """One level of JSON string escapes, left to right as a JSON decoder reads them."""
+
+    def one(m: re.Match[str]) -> str:
+        esc = m.group(1)
+        return chr(int(esc[1:], 16)) if len(esc) == 5 else _SIMPLE.get(esc, esc)
+
+    return re.sub(r"\\(u[0-9a-fA-F]{4}|.)", one, s, flags=re.S)
 
 
 def _sse_assembled(s: str) -> Iterator[str]:
