@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import json
 import time
 import uuid
@@ -24,11 +25,12 @@ from typing import Any
 from agentd import logs
 from agentd.db.pool import DB_ERRORS, connection
 from agentd.engine.context import ToolContext, TurnContext
+from agentd.engine.history_cache import HistoryCache
 from agentd.engine.lease_renewer import Lease
 from agentd.engine.runtime import Runtime
 from agentd.engine.ticks import Signal
 from agentd.observability import scopes
-from agentd.store import jobs, loops, tool_calls
+from agentd.store import jobs, loops, messages, tool_calls
 from agentd.store.models import Loop
 
 log = logs.get("agentd.worker")
@@ -51,6 +53,8 @@ class Worker:
         self.claimed = Signal()
         self.stop: asyncio.Event | None = None  # run()'s: set, nothing new starts here
         self.context: contextvars.Context | None = None  # run()'s, for chained jobs
+        # The transcripts of loops this worker ran, so a chained turn reads only new rows.
+        self.history = HistoryCache(max_loops=max(64, 2 * s.llm_concurrency))
 
     # --- waking and control -------------------------------------------------------------
 
@@ -111,6 +115,11 @@ class Worker:
         self.busy[queue] -= n
         if full:
             self.wakes[queue].set()
+
+    def chain_after(self, loop_id: uuid.UUID, generation: uuid.UUID) -> int | None:
+        """For a chaining tool call on `generation`: the last message id this worker holds
+        of the loop's transcript, for a delta read (None: read it in full)."""
+        return self.history.after(loop_id, generation)
 
     def run_leased_turn(self, loop: Loop, prefetch: jobs.TurnPrefetch | None) -> None:
         assert loop.execution_token is not None
@@ -269,6 +278,8 @@ class Worker:
             )  # type: ignore[arg-type]
             self.tasks.get(task, {})["lease"] = lease  # type: ignore[arg-type]
         started = time.monotonic()
+        if prefetch is not None:
+            prefetch = await self._whole_history(loop, prefetch)
         ctx = TurnContext(runtime=rt, loop=loop, execution_token=token, prefetch=prefetch)
         job_id = self.tasks.get(task, {}).get("job_id")  # type: ignore[arg-type]
         with scopes.turn(rt.telemetry, ctx, worker=str(rt.worker_id), job_id=job_id):
@@ -282,6 +293,23 @@ class Worker:
                 done=self.turn_done,
                 done_fields=lambda: {"seconds": round(time.monotonic() - started, 3)},
             )
+
+    async def _whole_history(self, loop: Loop, pre: jobs.TurnPrefetch) -> jobs.TurnPrefetch:
+        """A delta prefetch merged with the transcript held (read in full if it is gone);
+        what the turn's prompt is built from is then held for the next chained turn."""
+        assert loop.execution_token is not None
+        rows, calls = pre.messages, pre.tool_calls
+        if pre.after is not None:
+            merged = self.history.merge(loop.id, pre.after, rows, calls)
+            if merged is None:
+                async with connection(self.runtime.pool) as conn:
+                    rows = await messages.list_(conn, loop_id=loop.id)
+                    calls = await tool_calls.list_for_loop(conn, loop_id=loop.id)
+            else:
+                rows, calls = merged
+            pre = dataclasses.replace(pre, messages=rows, tool_calls=calls, after=None)
+        self.history.record(loop.id, loop.execution_token, rows, calls)
+        return dataclasses.replace(pre, rendered=self.history.rendered(loop.id))
 
     async def _run_tool(
         self,

@@ -133,6 +133,7 @@ async def finish(
     call_events: Sequence[NewEvent],
     attach: list[bool],
     chain_worker: UUID | None = None,
+    chain_after: int | None = None,
 ) -> Finished | None:
     """The end of a tool call in one round trip (`tool_call_finish`): optionally the
     checkpoint, the tool message, responded, the continuation, events, notifications.
@@ -160,6 +161,7 @@ async def finish(
         *events.columns(call_events),
         attach,
         chain_worker,
+        chain_after,
     )
     if rec is None or rec["outcome"] != "ok":
         return None

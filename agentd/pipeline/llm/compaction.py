@@ -137,7 +137,9 @@ class Compaction:
             exc.exchanges = []  # type: ignore[attr-defined]  # recorded once, above
             raise
         ctx.response = resp
-        ctx.events.extend(llm_events(resp.exchanges, loop_id=ctx.loop.id))
+        ctx.events.extend(
+            llm_events(resp.exchanges, loop_id=ctx.loop.id, token=ctx.execution_token)
+        )
         text = (resp.content or "").strip()
         if not text:
             raise LLMProtocolError("the compaction turn returned no summary text")

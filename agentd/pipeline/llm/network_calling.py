@@ -43,7 +43,8 @@ class NetworkCalling:
         provider = await resolve(agent.llm_provider())
         if not ctx.history:  # Compaction (or a host middleware) may have built it already
             rows, calls = await ctx.prompt_inputs()
-            ctx.history = prompt.history(agent.system_prompt, rows, calls)
+            memo = getattr(ctx.prefetch, "rendered", None)  # the worker's, for this loop
+            ctx.history = prompt.history(agent.system_prompt, rows, calls, memo=memo)
         ctx.request = LLMRequest(
             provider=provider,
             messages=ctx.history,
@@ -88,7 +89,9 @@ class NetworkCalling:
             await on_delta(None)  # cancel the pending flush task, if any
         ctx.runtime.telemetry.llm_attempts(ctx, ctx.response.exchanges)
         await gate.settle(ctx.response.usage)
-        ctx.events.extend(llm_events(ctx.response.exchanges, loop_id=ctx.loop.id))
+        ctx.events.extend(
+            llm_events(ctx.response.exchanges, loop_id=ctx.loop.id, token=ctx.execution_token)
+        )
         await self.app(ctx)
 
     async def _open_shell(self, ctx: TurnContext):  # type: ignore[no-untyped-def]
