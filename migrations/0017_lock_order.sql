@@ -2,8 +2,10 @@
 -- FOR NO KEY UPDATE (agentd never changes a key): the foreign-key checks of inserts that
 -- reference the loop or the call (jobs, messages, events: FOR KEY SHARE) no longer wait on
 -- these locks, so a writer holding a call can no longer deadlock against this function
--- holding the call's loop. Same signature, same protocol and behaviour for every caller
--- (docs/upgrading.md rule 2); see docs/security.md for the lock order.
+-- holding the call's loop. This re-implements the newest overload (0010's, with
+-- p_chain_after) with the same signature, protocol and behaviour for every caller
+-- (docs/upgrading.md rule 2); the older signatures delegate to it (0009, 0010) and keep
+-- doing so. See docs/security.md for the lock order.
 CREATE OR REPLACE FUNCTION agentd_tool_call_finish(
     p_id bigint, p_loop_id uuid, p_lease_token uuid, p_generation uuid,
     p_checkpoint boolean, p_result text, p_structured jsonb, p_is_success boolean,
@@ -14,11 +16,12 @@ CREATE OR REPLACE FUNCTION agentd_tool_call_finish(
     e_loop_ids uuid[], e_names text[], e_reasons text[], e_methods text[], e_urls text[],
     e_statuses int[], e_requests jsonb[], e_responses jsonb[], e_durations float8[],
     e_logs text[], e_tool_call_ids bigint[], e_message_ids bigint[], e_inbound_ids bigint[],
-    e_attach boolean[], p_chain_worker uuid
+    e_attach boolean[], p_chain_worker uuid, p_chain_after bigint
 ) RETURNS TABLE (outcome text, message_id bigint, tool_jobs int, llm_jobs int,
                  executed_at timestamptz, chained_loop json, prefetch_messages json,
                  prefetch_tool_calls json, prefetch_mcp_tools jsonb,
-                 prefetch_mcp_sessions jsonb, prefetch_backoffs jsonb)
+                 prefetch_mcp_sessions jsonb, prefetch_backoffs jsonb,
+                 prefetch_after bigint)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     lp loops%ROWTYPE;
@@ -33,7 +36,7 @@ BEGIN
     IF NOT FOUND OR lp.execution_token IS DISTINCT FROM p_generation
        OR lp.status NOT IN ('running', 'waiting') THEN
         RETURN QUERY SELECT 'fence_lost'::text, NULL::bigint, 0, 0, NULL::timestamptz,
-            NULL::json, NULL::json, NULL::json, NULL::jsonb, NULL::jsonb, NULL::jsonb;
+            NULL::json, NULL::json, NULL::json, NULL::jsonb, NULL::jsonb, NULL::jsonb, NULL::bigint;
         RETURN;
     END IF;
     SELECT * INTO tc FROM tool_calls WHERE id = p_id FOR NO KEY UPDATE;
@@ -42,7 +45,7 @@ BEGIN
        OR (p_checkpoint AND tc.executed_at IS NOT NULL)
        OR EXISTS (SELECT 1 FROM messages WHERE tool_call_id = p_id AND role = 'tool') THEN
         RETURN QUERY SELECT 'fence_lost'::text, NULL::bigint, 0, 0, NULL::timestamptz,
-            NULL::json, NULL::json, NULL::json, NULL::jsonb, NULL::jsonb, NULL::jsonb;
+            NULL::json, NULL::json, NULL::json, NULL::jsonb, NULL::jsonb, NULL::jsonb, NULL::bigint;
         RETURN;
     END IF;
     IF p_checkpoint THEN
@@ -122,11 +125,12 @@ BEGIN
     END IF;
     IF v_chained THEN
         RETURN QUERY SELECT 'ok'::text, v_msg, v_tool_jobs, v_llm_jobs, tc.executed_at,
-            to_json(lp), pf.history, pf.history_calls, pf.tools, pf.sessions, pf.backoffs
-        FROM agentd_turn_prefetch(p_loop_id) pf;
+            to_json(lp), pf.history, pf.history_calls, pf.tools, pf.sessions, pf.backoffs,
+            pf.after_id
+        FROM agentd_turn_prefetch_after(p_loop_id, p_chain_after) pf;
         RETURN;
     END IF;
     RETURN QUERY SELECT 'ok'::text, v_msg, v_tool_jobs, v_llm_jobs, tc.executed_at,
-        NULL::json, NULL::json, NULL::json, NULL::jsonb, NULL::jsonb, NULL::jsonb;
+        NULL::json, NULL::json, NULL::json, NULL::jsonb, NULL::jsonb, NULL::jsonb, NULL::bigint;
 END
 $$;
