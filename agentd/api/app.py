@@ -9,7 +9,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.security import HTTPBearer
 
-from agentd import __about__, admin
+from agentd import __about__, admin, redact
 from agentd.admin import auth as admin_auth
 from agentd.admin import render as admin_render
 from agentd.api import (
@@ -57,6 +57,9 @@ def create_app(state: AppState) -> FastAPI:
         redoc_url=None,
     )
     app.state.agentd = state
+    redact.remember(
+        state.api_token, *(t.get_secret_value() for t in state.settings.read_tokens), pin=True
+    )  # an echoed token is masked in events and logs, in any encoding
     app.state.stream_hub = streams.StreamHub(state.database_url)
     app.state.metrics = metrics.Metrics(state)
     problems.install(app)

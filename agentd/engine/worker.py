@@ -81,9 +81,17 @@ class Worker:
         for task, info in list(self.tasks.items()):
             if only is not None and str(info.get("token")) != str(only):
                 continue
-            if info.get("loop_id") == loop_id and not task.done():
-                info["cancelled_by"] = data.get("action", "control")
-                task.cancel(f"loop {data.get('action')}")
+            if info.get("loop_id") != loop_id or task.done() or "cancelled_by" in info:
+                continue  # a revoke told twice (NOTIFY re-sent) cancels once
+            action = str(data.get("action", "control"))
+            info["cancelled_by"] = action
+            lease: Lease | None = info.get("lease")
+            if lease is not None and self.runtime.renewer is not None:
+                # Through the renewer: the lease is unregistered and marked lost, so its
+                # next tick does not cancel the unwinding turn a second time.
+                self.runtime.renewer.revoke(lease, action)
+            else:
+                task.cancel(f"loop {action}")
 
     @property
     def in_flight(self) -> int:
@@ -268,6 +276,7 @@ class Worker:
             lease = rt.renewer.register_turn(
                 loop.id, token, loop.lease_seconds or 660.0, float(max_duration), task
             )  # type: ignore[arg-type]
+            self.tasks.get(task, {})["lease"] = lease  # type: ignore[arg-type]
         started = time.monotonic()
         if prefetch is not None:
             prefetch = await self._whole_history(loop, prefetch)
@@ -319,6 +328,7 @@ class Worker:
         task = asyncio.current_task()
         if rt.renewer is not None:
             lease = rt.renewer.register_tool(tc.id, lease_token, rt.tool_lease_seconds(), task)  # type: ignore[arg-type]
+            self.tasks.get(task, {})["lease"] = lease  # type: ignore[arg-type]
         ctx = ToolContext(runtime=rt, tool_call=tc, lease_token=lease_token, generation=generation)
         if claim is not None and claim.loop is not None:
             ctx.prefetched = (claim.loop, claim.tool)  # AgentInitialization reads nothing
@@ -356,11 +366,10 @@ class Worker:
             await run()
             bound.debug(f"{kind}.done", **done_fields())
         except asyncio.CancelledError:
-            lost = lease is not None and lease.lost
             info = self.tasks.get(task, {})  # type: ignore[arg-type]
-            why = (
-                lease.reason if lease is not None and lost else info.get("cancelled_by", "shutdown")
-            )
+            told = info.get("cancelled_by")  # a pause/stop/regenerate, not a lost lease
+            lost = told is None and lease is not None and lease.lost
+            why = lease.reason if lease is not None and lost else (told or "shutdown")
             outcome("lease_lost" if lost else "cancelled")
             bound.info(f"{kind}.cancelled", reason=why)
             if why == "shutdown":

@@ -123,6 +123,7 @@ class LLMClient:
         stream = d.is_stream(request, payload)
         read_timeout = provider.read_timeout or self.default_read_timeout
         secrets = [s for s in (provider.api_token,) if s]
+        redact.remember(*secrets)  # its echoes, in any encoding, are masked wherever stored
         call = _Call(
             dialect=d,
             url=d.url(provider, stream=stream),

@@ -88,6 +88,11 @@ async def checkpoint(
     )
 
 
+async def fail(conn: Connection, *, tool_call_id: int, error_message: str) -> ToolCall | None:
+    """Mark an unanswered call failed by a crash (the loop fails with it)."""
+    return _tc(await conn.fetchrow(sql("tool_call_fail"), tool_call_id, error_message))
+
+
 @dataclass(frozen=True)
 class Finished:
     message_id: int

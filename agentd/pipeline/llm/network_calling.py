@@ -18,7 +18,7 @@ import time
 
 from agentd.agent import resolve
 from agentd.db.pool import transaction
-from agentd.engine import costs, limits, prompt, tokens
+from agentd.engine import costs, limits, loop_limits, prompt, tokens
 from agentd.engine.context import TurnContext
 from agentd.errors import FenceLost, LLMError, MaxDurationExceeded, MaxStepsExceeded
 from agentd.llm.types import LLMRequest, StreamDelta
@@ -35,8 +35,9 @@ class NetworkCalling:
         agent = ctx.agent
         assert agent is not None
         settings = ctx.runtime.settings
-        if agent.max_steps is not None and ctx.loop.step_count >= agent.max_steps:
-            raise MaxStepsExceeded(f"max_steps ({agent.max_steps}) reached")
+        if loop_limits.at_max_steps(agent, ctx.loop):
+            limit = loop_limits.max_steps(agent, ctx.loop)
+            raise MaxStepsExceeded(f"max_steps ({limit}) reached")
         tokens.check_budget(agent, ctx.loop)
         costs.check_budget(agent, ctx.loop)
         provider = await resolve(agent.llm_provider())

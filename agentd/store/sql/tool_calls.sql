@@ -16,7 +16,7 @@ SELECT * FROM tool_calls WHERE id = $1;
 -- name: tool_call_get_for_update :one
 -- Approvals; row lock.
 -- $1 id bigint
-SELECT * FROM tool_calls WHERE id = $1 FOR UPDATE;
+SELECT * FROM tool_calls WHERE id = $1 FOR NO KEY UPDATE;
 
 -- name: tool_call_list_for_loop :many
 -- Transcript and prompt building; no fence.
@@ -37,6 +37,19 @@ SET result = $3, structured_result = $4, is_success = $5, error_message = $6,
     duration = $7, executed_at = now(),
     status = CASE WHEN $5 THEN 'completed' ELSE 'failed' END, updated_at = now()
 WHERE id = $1 AND lease_token = $2 AND executed_at IS NULL
+RETURNING *;
+
+-- name: tool_call_fail :one
+-- Tool ErrorHandling, after a middleware crashed, in the transaction that fails the loop
+-- (the loop row is already locked: loop first). The call gets what failed it, is no longer
+-- leased, and a checkpointed result is kept. Fence: no result message yet.
+-- $1 id bigint · $2 error_message text
+UPDATE tool_calls
+SET status = CASE WHEN executed_at IS NULL THEN 'failed' ELSE status END,
+    is_success = CASE WHEN executed_at IS NULL THEN false ELSE is_success END,
+    error_message = coalesce(error_message, $2),
+    lease_token = NULL, leased_until = NULL, lease_worker_id = NULL, updated_at = now()
+WHERE id = $1 AND response_message_id IS NULL
 RETURNING *;
 
 -- name: tool_call_finish :one
@@ -114,10 +127,12 @@ WHERE loop_id = $1
 -- name: tool_call_reap_stalled :many
 -- Reaper case 2: unresolved calls whose lease expired, whose worker died, or that have
 -- neither a lease nor a job (a dropped enqueue). Clears the lease and re-enqueues with the
--- loop's current generation; a checkpointed call will replay, not re-run.
+-- loop's current generation; a checkpointed call will replay, not re-run. Lock order loop,
+-- then call (docs/security.md), both SKIP LOCKED: a loop or call someone holds is left to
+-- the next sweep, and a call changed since it was read here (another row version) is too.
 -- $1 dead_workers uuid[] · $2 grace_seconds float · $3 limit int
-WITH r AS (
-    SELECT tc.id, l.execution_token, tc.leased_until IS NOT NULL AS was_leased,
+WITH c AS (
+    SELECT tc.id, tc.loop_id, tc.xmin AS v, tc.leased_until IS NOT NULL AS was_leased,
            coalesce(tc.lease_worker_id = ANY($1::uuid[]), false) AS dead_worker
     FROM tool_calls tc JOIN loops l ON l.id = tc.loop_id
     WHERE tc.response_message_id IS NULL
@@ -137,7 +152,18 @@ WITH r AS (
                                       AND p.response_message_id IS NULL))))
     ORDER BY tc.id
     LIMIT $3
-    FOR UPDATE OF tc SKIP LOCKED
+), l AS (
+    SELECT lp.id, lp.execution_token FROM loops lp
+    WHERE lp.id IN (SELECT loop_id FROM c) AND lp.status IN ('running', 'waiting')
+      AND NOT lp.frozen
+    ORDER BY lp.id
+    FOR NO KEY UPDATE SKIP LOCKED
+), r AS (
+    SELECT tc.id, l.execution_token, c.was_leased, c.dead_worker
+    FROM tool_calls tc JOIN c ON c.id = tc.id JOIN l ON l.id = tc.loop_id
+    WHERE tc.xmin = c.v
+    ORDER BY tc.id
+    FOR NO KEY UPDATE OF tc SKIP LOCKED
 ), u AS (
     UPDATE tool_calls SET lease_token = NULL, leased_until = NULL, lease_worker_id = NULL,
         status = CASE WHEN executed_at IS NULL THEN 'pending' ELSE status END,
@@ -153,14 +179,25 @@ SELECT id, loop_id, was_leased, dead_worker FROM u;
 
 -- name: tool_call_expire_approvals :many
 -- Reaper: pending decisions past their deadline are denied as expired and re-enqueued so
--- the ApprovalGate emits the rejection the model sees.
+-- the ApprovalGate emits the rejection the model sees. Lock order loop, then call, both
+-- SKIP LOCKED (a decision under way holds the loop; the next sweep sees what it decided).
 -- $1 limit int
-WITH r AS (
-    SELECT tc.id, l.execution_token FROM tool_calls tc JOIN loops l ON l.id = tc.loop_id
+WITH c AS (
+    SELECT tc.id, tc.loop_id, tc.xmin AS v FROM tool_calls tc JOIN loops l ON l.id = tc.loop_id
     WHERE tc.approval_status = 'pending' AND tc.approval_deadline < now()
       AND l.status IN ('running', 'waiting')
     ORDER BY tc.id LIMIT $1
-    FOR UPDATE OF tc SKIP LOCKED
+), l AS (
+    SELECT lp.id, lp.execution_token FROM loops lp
+    WHERE lp.id IN (SELECT loop_id FROM c) AND lp.status IN ('running', 'waiting')
+    ORDER BY lp.id
+    FOR NO KEY UPDATE SKIP LOCKED
+), r AS (
+    SELECT tc.id, l.execution_token
+    FROM tool_calls tc JOIN c ON c.id = tc.id JOIN l ON l.id = tc.loop_id
+    WHERE tc.xmin = c.v
+    ORDER BY tc.id
+    FOR NO KEY UPDATE OF tc SKIP LOCKED
 ), u AS (
     UPDATE tool_calls SET approval_status = 'expired', decided_at = now(),
         decided_by = 'reaper', decision_reason = 'approval deadline passed',
@@ -174,34 +211,48 @@ WITH r AS (
 SELECT id, loop_id FROM u;
 
 -- name: tool_call_release_leases :exec
--- Graceful shutdown: give unfinished, unexecuted calls back with a job, at once.
+-- Graceful shutdown: give unfinished, unexecuted calls back with a job, at once (a job
+-- only while the loop is live: a paused loop re-dispatches on resume). Lock order: the
+-- calls' loops (in id order), then the calls.
 -- $1 ids bigint[] · $2 tokens uuid[]
-WITH r AS (
-    SELECT tc.id, l.execution_token FROM tool_calls tc
-    JOIN unnest($1::bigint[], $2::uuid[]) AS x(id, token)
-      ON tc.id = x.id AND tc.lease_token = x.token
-    JOIN loops l ON l.id = tc.loop_id
+WITH x AS (
+    SELECT * FROM unnest($1::bigint[], $2::uuid[]) AS x(id, token)
+), l AS (
+    SELECT lp.id, lp.execution_token, lp.status IN ('running', 'waiting') AS live
+    FROM loops lp
+    WHERE lp.id IN (SELECT tc.loop_id FROM tool_calls tc JOIN x ON tc.id = x.id)
+    ORDER BY lp.id
+    FOR NO KEY UPDATE
+), r AS (
+    SELECT tc.id, l.execution_token, l.live FROM tool_calls tc
+    JOIN x ON tc.id = x.id AND tc.lease_token = x.token
+    JOIN l ON l.id = tc.loop_id
     WHERE tc.response_message_id IS NULL
-    FOR UPDATE OF tc
+    ORDER BY tc.id
+    FOR NO KEY UPDATE OF tc
 ), u AS (
     UPDATE tool_calls SET lease_token = NULL, leased_until = NULL, lease_worker_id = NULL,
         status = CASE WHEN executed_at IS NULL THEN 'pending' ELSE status END,
         updated_at = now()
     FROM r WHERE tool_calls.id = r.id
-    RETURNING tool_calls.id, tool_calls.loop_id, r.execution_token
+    RETURNING tool_calls.id, tool_calls.loop_id, r.execution_token, r.live
 )
 INSERT INTO jobs (queue, kind, loop_id, tool_call_id, generation)
-SELECT 'tool', 'tool_call', loop_id, id, execution_token FROM u;
+SELECT 'tool', 'tool_call', loop_id, id, execution_token FROM u WHERE live;
 
 -- name: tool_call_release_own :exec
 -- A finalize cancelled after its commit may have leased calls to its worker (chaining) that
 -- nobody will run: queue them now instead of waiting out the lease. Fence: the tokens.
+-- Lock order: the loop, then its calls.
 -- $1 loop_id uuid · $2 tokens uuid[]
-WITH r AS (
-    SELECT tc.id, l.execution_token FROM tool_calls tc JOIN loops l ON l.id = tc.loop_id
-    WHERE tc.loop_id = $1 AND tc.lease_token = ANY($2::uuid[])
+WITH l AS (
+    SELECT id, execution_token FROM loops WHERE id = $1 FOR NO KEY UPDATE
+), r AS (
+    SELECT tc.id, l.execution_token FROM tool_calls tc JOIN l ON l.id = tc.loop_id
+    WHERE tc.lease_token = ANY($2::uuid[])
       AND tc.response_message_id IS NULL AND tc.executed_at IS NULL
-    FOR UPDATE OF tc
+    ORDER BY tc.id
+    FOR NO KEY UPDATE OF tc
 ), u AS (
     UPDATE tool_calls SET lease_token = NULL, leased_until = NULL, lease_worker_id = NULL,
         status = 'pending', updated_at = now()
@@ -244,7 +295,7 @@ WITH c AS (
     SELECT t.id FROM tool_calls t JOIN messages m ON m.id = t.message_id
     WHERE t.loop_id = $1 AND t.response_message_id IS NULL AND m.superseded_at IS NOT NULL
     ORDER BY t.id
-    FOR UPDATE OF t
+    FOR NO KEY UPDATE OF t
 ), r AS (
     INSERT INTO messages (loop_id, role, content, tool_call_id, superseded_at)
     SELECT $1, 'tool', 'cancelled: superseded by regenerate', id, now() FROM c ORDER BY id
