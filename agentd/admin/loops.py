@@ -5,7 +5,6 @@ never an error page."""
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import datetime
 from typing import Any
@@ -15,7 +14,7 @@ from uuid import UUID
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from agentd.admin import live, render
+from agentd.admin import forms, live, render
 from agentd.api.state import AppState
 from agentd.db.pool import connection
 from agentd.engine import tokens
@@ -152,8 +151,8 @@ async def start_loop(request: Request) -> Response:
     agent, message = _field(form, "agent"), _field(form, "message")
     raw_state = _field(form, "state")
     try:
-        loop_state = json.loads(raw_state) if raw_state else {}
-    except ValueError as exc:
+        loop_state = forms.json_field("state", raw_state) if raw_state else {}
+    except ValueError as exc:  # bad syntax: a message; a broken rule is FormInvalid (422)
         return render.redirect(
             request, "/admin/loops", flash=("error", f"state is not valid JSON: {exc}")
         )

@@ -6,52 +6,28 @@ from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 from uuid import UUID
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
+from agentd.api import hygiene
 from agentd.engine.states import LoopStatus
 from agentd.store.models import Event, Loop, Message, ToolCall
 
 T = TypeVar("T")
 
 
-# --- input hygiene ---------------------------------------------------------------------
-# PostgreSQL refuses NUL in text and jsonb, and UTF-8 refuses lone surrogates; both would
-# surface as a database error (a 500). Reject them here so bad input is a 422 naming the
-# field and nothing is written.
+# Input cleaning (NUL, lone surrogates, non-finite numbers, deep nesting) lives in
+# api/hygiene.py, shared with the admin forms; these names are its pydantic types.
+CleanStr = hygiene.CleanStr
+NonBlank = hygiene.NonBlank
+JsonObject = hygiene.JsonObject
 
-
-def _clean_text(value: str) -> str:
-    if "\x00" in value:
-        raise ValueError("must not contain NUL (\\u0000) characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("must be valid Unicode (no lone surrogates)") from None
-    return value
-
-
-def _clean_json(value: Any) -> Any:
-    if isinstance(value, str):
-        _clean_text(value)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _clean_text(k)
-            _clean_json(v)
-    elif isinstance(value, list):
-        for v in value:
-            _clean_json(v)
-    return value
-
-
-CleanStr = Annotated[str, AfterValidator(_clean_text)]
-NonBlank = Annotated[
-    str, Field(min_length=1, pattern=r"\S", max_length=1_000_000), AfterValidator(_clean_text)
-]
-JsonObject = Annotated[dict[str, Any], AfterValidator(_clean_json)]
+#: Booleans and integers are strict: `0` is not `false`, `true` is not `1`, `"5"` is not 5.
+Bool = Annotated[bool, Strict()]
+Int = Annotated[int, Strict()]
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class StartLoop(_In):
@@ -61,7 +37,7 @@ class StartLoop(_In):
         None, max_length=1000, description="Who or what the loop is about (the MCP principal)."
     )
     state: JsonObject | None = Field(None, description="A JSON object the agent can read.")
-    max_tokens_total: int | None = Field(
+    max_tokens_total: Int | None = Field(
         None,
         ge=1,
         le=2**62,
@@ -76,12 +52,13 @@ class StartLoop(_In):
         "`concurrency_limit` at once; the rest wait queued, first started first run. "
         "Overrides the agent's key.",
     )
-    concurrency_limit: int | None = Field(
+    concurrency_limit: Int | None = Field(
         None, ge=1, le=1_000_000, description="How many loops of `concurrency_key` may run."
     )
 
     model_config = ConfigDict(
         extra="forbid",
+        allow_inf_nan=False,
         json_schema_extra={
             "examples": [{"agent": "support", "message": "Where is my order?", "state": {}}]
         },
@@ -89,7 +66,7 @@ class StartLoop(_In):
 
 
 class AtMessage(_In):
-    message_id: int = Field(ge=1, le=2**63 - 1, description="A message of this loop.")
+    message_id: Int = Field(ge=1, le=2**63 - 1, description="A message of this loop.")
 
 
 class ForkLoop(AtMessage):
@@ -108,11 +85,11 @@ class Resume(_In):
         "stopped). Add `completed` to re-run a finished loop.",
     )
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
 
 
 class Observe(_In):
-    observed: bool = Field(True, description="Publish live deltas and messages for this loop.")
+    observed: Bool = Field(True, description="Publish live deltas and messages for this loop.")
 
 
 class Decision(_In):
