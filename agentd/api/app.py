@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI, routing
+from fastapi._compat import ModelField
+from fastapi.dependencies.models import Dependant
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import TypeAdapter
+from starlette.routing import BaseRoute
 
 from agentd import __about__, admin
 from agentd.api import (
     auth,
     body_limit,
+    headers,
     health,
+    methods,
     metrics,
     problems,
     routes_approvals,
@@ -46,7 +52,7 @@ def create_app(state: AppState) -> FastAPI:
     app.state.agentd = state
     app.state.stream_hub = streams.StreamHub(state.database_url)
     app.state.metrics = metrics.Metrics(state)
-    problems.install(app)
+    outages = problems.install(app)
 
     app.include_router(health.router)
     app.include_router(metrics.router)
@@ -63,8 +69,11 @@ def create_app(state: AppState) -> FastAPI:
     mounts.mount_all(app, state)
     admin.mount(app, state)  # its own cookie+CSRF auth; enumerated by test_auth.py too
 
+    # Outermost last: CatchAll's own 500s get the security headers and lose their body on HEAD.
     app.add_middleware(body_limit.BodyLimit, limit=state.settings.max_body_bytes)
-    app.add_middleware(problems.CatchAll)
+    app.add_middleware(problems.CatchAll, outages=outages)
+    app.add_middleware(headers.SecurityHeaders)
+    app.add_middleware(methods.MethodRouting, router=app.router)
     return app
 
 
@@ -93,6 +102,65 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     spec = get_openapi(
         title=app.title, version=app.version, description=app.description, routes=app.routes
     )
+    _restore_integer_bounds(spec, _declared_integer_bounds(app.routes))
     components = spec.setdefault("components", {}).setdefault("schemas", {})
     components.setdefault("Problem", problems.Problem.model_json_schema())
     return spec
+
+
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+
+
+def _declared_integer_bounds(routes: list[BaseRoute]) -> dict[float, int]:
+    """Every integer bound the routes declare (parameters and bodies), keyed by its float.
+
+    FastAPI's OpenAPI model types bounds as float, so `le=2**63 - 1` came out as
+    9.223372036854776e18 = 2**63: a bound the API itself rejects. This maps it back."""
+    found: dict[float, int] = {}
+
+    def collect(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in _BOUNDS and type(value) is int:
+                    found[float(value)] = value
+                else:
+                    collect(value)
+        elif isinstance(node, list):
+            for value in node:
+                collect(value)
+
+    for context in routing.iter_route_contexts(routes):
+        route = context.original_route
+        if isinstance(route, routing.APIRoute):
+            for field in _params(route.dependant):
+                collect(
+                    TypeAdapter(
+                        Annotated[field.field_info.annotation, field.field_info]
+                    ).json_schema()
+                )
+    return found
+
+
+def _params(dependant: Dependant) -> list[ModelField]:
+    fields = [
+        *dependant.path_params,
+        *dependant.query_params,
+        *dependant.header_params,
+        *dependant.cookie_params,
+        *dependant.body_params,
+    ]
+    for sub in dependant.dependencies:
+        fields += _params(sub)
+    return fields
+
+
+def _restore_integer_bounds(node: Any, exact: dict[float, int]) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in _BOUNDS and isinstance(value, float) and value.is_integer():
+                node[key] = exact.get(value, int(value))
+            else:
+                _restore_integer_bounds(value, exact)
+    elif isinstance(node, list):
+        for value in node:
+            _restore_integer_bounds(value, exact)
