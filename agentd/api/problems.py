@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -133,14 +134,17 @@ class Outages:
     `interval` seconds (`refused`: how many since the last line) while it lasts.
     """
 
-    def __init__(self, interval: float = 30.0) -> None:
+    def __init__(
+        self, interval: float = 30.0, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.interval = interval
+        self.clock = clock
         self._last = -float("inf")
         self._count = 0
 
     def refused(self, path: str, exc: BaseException) -> None:
         self._count += 1
-        now = time.monotonic()
+        now = self.clock()
         if now - self._last < self.interval:
             return
         self._last = now
