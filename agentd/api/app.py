@@ -133,11 +133,8 @@ def _declared_integer_bounds(routes: list[BaseRoute]) -> dict[float, int]:
         route = context.original_route
         if isinstance(route, routing.APIRoute):
             for field in _params(route.dependant):
-                collect(
-                    TypeAdapter(
-                        Annotated[field.field_info.annotation, field.field_info]
-                    ).json_schema()
-                )
+                declared: Any = Annotated[field.field_info.annotation, field.field_info]
+                collect(TypeAdapter(declared).json_schema())
     return found
 
 

@@ -56,14 +56,15 @@ def _admin_get_paths(app: FastAPI) -> list[str]:
     for ctx in routing.iter_route_contexts(app.routes):
         if "GET" in (ctx.methods or ()) and ctx.path_format.startswith("/admin"):
             paths.append(
-                ctx.path_format.replace("{loop_id}", "00000000-0000-0000-0000-000000000000")
-                .replace("{inbound_id}", "1")
+                ctx.path_format.replace(
+                    "{loop_id}", "00000000-0000-0000-0000-000000000000"
+                ).replace("{inbound_id}", "1")
             )
     return paths
 
 
 async def test_no_admin_page_can_be_framed(app: FastAPI, operator: Browser) -> None:
-    paths = _admin_get_paths(app) + ["/admin/static/admin.css", "/admin/nope"]
+    paths = [*_admin_get_paths(app), "/admin/static/admin.css", "/admin/nope"]
     assert "/admin/loops" in paths and "/admin/login" in paths
     for path in paths:
         if path.endswith("/stream"):
