@@ -28,6 +28,7 @@ from agentd.testing.agents import CALLS
 from agentd.testing.engine import fast_settings
 
 TOKEN = "hostile-class-operator-token"
+READER = "hostile-class-read-token"
 TABLES = ("loops", "messages", "tool_calls", "events", "jobs", "schedules")
 
 
@@ -92,7 +93,7 @@ ADMIN_QUERY = ["q", "agent", "status", "cursor", "tab", "after", "server", "loop
 @pytest.fixture
 async def app(pool: Pool, database_url: str) -> AsyncIterator[FastAPI]:
     state = AppState.create(
-        settings=fast_settings(),
+        settings=fast_settings(read_tokens=[READER]),
         pool=pool,
         registry=agents.registry(),
         database_url=database_url,
@@ -265,18 +266,36 @@ async def test_every_admin_form_field_refuses_every_hostile_value(
     assert await _counts(pool) == before
 
 
+@pytest.mark.parametrize("token", [TOKEN, READER])
 async def test_every_admin_query_parameter_refuses_nul(
-    app: FastAPI, client: httpx.AsyncClient, pool: Pool, ids: dict[str, str]
+    app: FastAPI, client: httpx.AsyncClient, pool: Pool, ids: dict[str, str], token: str
 ) -> None:
     before = await _counts(pool)
     gets = [c.path_format for c in _routes(app)
             if c.path_format.startswith("/admin") and "GET" in (c.methods or ())]  # fmt: skip
     assert "/admin/loops" in gets
+    auth = {"Authorization": f"Bearer {token}"}
     for template in gets:
         for param in ADMIN_QUERY:
-            r = await client.get(_path(template, ids), params={param: "a\x00"})
+            r = await client.get(_path(template, ids), params={param: "a\x00"}, headers=auth)
             assert r.status_code == 422, (template, param, r.status_code)
     assert await _counts(pool) == before
+
+
+async def test_a_read_only_session_searching_for_nul_gets_a_form_error(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """The probe's exact case, with a browser's cookie session of a read token."""
+    page = await client.get("/admin/login", headers={"Authorization": ""})
+    nonce = page.text.split('name="nonce" value="', 1)[1].split('"', 1)[0]
+    r = await client.post(
+        "/admin/login", data={"token": READER, "nonce": nonce}, headers={"Authorization": ""}
+    )
+    assert r.status_code == 303
+    r = await client.get(
+        "/admin/loops?q=a%00", headers={"Authorization": "", "accept": "text/html"}
+    )
+    assert r.status_code == 422 and "Invalid input" in r.text
 
 
 async def test_a_clean_admin_start_still_works(client: httpx.AsyncClient, pool: Pool) -> None:
