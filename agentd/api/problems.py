@@ -185,7 +185,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     slug, title = _HTTP_TITLES.get(exc.status_code, ("http-error", "HTTP error."))
     detail = exc.detail if isinstance(exc.detail, str) else title
-    return problem_response(exc.status_code, slug, title, detail, headers=exc.headers)
+    return problem_response(exc.status_code, slug, title, detail, headers=dict(exc.headers or {}))
 
 
 class CatchAll:

@@ -142,7 +142,7 @@ class Lifecycle:
     ) -> None:
         await messages.fail_shells(conn, loop_id=loop.id)
         await jobs.delete_for_loop(conn, loop_id=loop.id)
-        payload = {"loop_id": str(loop.id), "action": action}
+        payload: dict[str, object] = {"loop_id": str(loop.id), "action": action}
         if only_generation and loop.execution_token is not None:
             # Re-dispatched in the same transaction: workers cancel only the revoked
             # generation, never the new turn they may claim before this NOTIFY lands.

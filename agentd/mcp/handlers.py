@@ -63,7 +63,7 @@ class Handler:
                 hint = hints.get(p.name, Any if p.annotation is p.empty else p.annotation)
                 default = ... if p.default is p.empty else p.default
                 fields[p.name] = (hint, default)
-            self.model = pydantic.create_model(f"{fn.__name__}Arguments", **fields)  # type: ignore[call-overload]
+            self.model = pydantic.create_model(f"{fn.__name__}Arguments", **fields)
             schema = self.model.model_json_schema()
             schema.pop("title", None)
             schema.setdefault("properties", {})

@@ -76,9 +76,10 @@ class HttpTransport:
         if payload.get("method") == "initialize" and era != "handshake":
             probe = await self._probe()
             if probe is not None:
+                assert probe.body is not None  # _probe returns only answered discoveries
                 body = jsonrpc.result(
                     payload.get("id"), eras.initialize_result_from_discovery(probe.body["result"])
-                )  # type: ignore[index]
+                )
                 return replace(probe, body=body, session_id=None)
             era = "handshake"
         elif era is None:

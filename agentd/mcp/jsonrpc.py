@@ -61,9 +61,8 @@ def is_response(envelope: Any) -> bool:
 
 def error_of(body: dict[str, Any] | None) -> dict[str, Any] | None:
     """The `error` member of a response envelope, or None."""
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        return body["error"]
-    return None
+    error = body.get("error") if isinstance(body, dict) else None
+    return error if isinstance(error, dict) else None
 
 
 def describe_error(err: dict[str, Any]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
 
@@ -22,8 +23,13 @@ def test_a_shell_string_is_refused() -> None:
 
 
 async def test_a_hanging_server_raises_tool_timeout_and_is_killed() -> None:
-    transport = StdioTransport([*FAKE, "--hang-on", "tools/call"], timeout=1.5)
+    transport = StdioTransport([*FAKE, "--hang-on", "tools/call"], timeout=30)
+    # The timeout spans spawn + initialize (a new process per call), and a loaded machine
+    # can take seconds to start Python: time one handshake and give the call several times
+    # that, so the server always reaches its hang before the timeout fires.
+    started = time.monotonic()
     await handshake(transport)
+    transport.timeout = max(1.5, 4 * (time.monotonic() - started))
     with pytest.raises(ToolTimeout, match="hanging on tools/call") as caught:
         await transport.deliver(
             jsonrpc.request("tools/call", {"name": "echo", "arguments": {"text": "x"}})
