@@ -69,11 +69,11 @@ def create_app(state: AppState) -> FastAPI:
     mounts.mount_all(app, state)
     admin.mount(app, state)  # its own cookie+CSRF auth; enumerated by test_auth.py too
 
-    # Outermost last: CatchAll's own 500s get the security headers and lose their body on HEAD.
+    # Outermost last: CatchAll's 500s and MethodRouting's 405s get the security headers.
     app.add_middleware(body_limit.BodyLimit, limit=state.settings.max_body_bytes)
     app.add_middleware(problems.CatchAll, outages=outages)
-    app.add_middleware(headers.SecurityHeaders)
     app.add_middleware(methods.MethodRouting, router=app.router)
+    app.add_middleware(headers.SecurityHeaders)
     return app
 
 

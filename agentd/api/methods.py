@@ -17,7 +17,7 @@ from agentd.api.problems import problem_response
 
 
 class MethodRouting:
-    """Pure ASGI, outermost: HEAD runs the GET route with the body dropped; a path that
+    """Pure ASGI, outside CatchAll: HEAD runs the GET route with the body dropped; a path that
     exists under other methods only is a 405 problem whose `Allow` lists them all."""
 
     def __init__(self, app: ASGIApp, *, router: Router) -> None:

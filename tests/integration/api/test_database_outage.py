@@ -99,7 +99,7 @@ def test_the_documented_type_is_the_one_served() -> None:
     from pathlib import Path
 
     doc = (Path(__file__).parents[3] / "docs" / "api.md").read_text()
-    assert "| 503 | `database-unavailable` |" in doc
+    assert "| 503 | `database-unavailable`" in doc
     assert DatabaseUnavailable.problem_type == "database-unavailable"
 
 

@@ -63,6 +63,7 @@ async def test_a_405_lists_every_method_of_the_path(
             assert r.status_code == 405, (method, template, r.status_code)
             assert set(r.headers["allow"].split(", ")) == expected, (method, template)
             assert r.headers["content-type"].startswith("application/problem+json")
+            assert r.headers["x-frame-options"] == "DENY"
             tried += 1
     assert tried > 100
 
