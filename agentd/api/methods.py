@@ -8,8 +8,6 @@ routes do not answer HEAD at all. Routes stay as declared (so /openapi.json is u
 
 from __future__ import annotations
 
-import asyncio
-
 from starlette.routing import BaseRoute, Match, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -71,35 +69,24 @@ def _allowed(routes: list[BaseRoute], scope: Scope) -> set[str] | None:
 
 
 async def _head(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
-    """Run a GET for a HEAD request: send its status and headers, never its body. The app
-    is told the client left once the headers are out, so a stream (SSE) ends at once."""
-    done = asyncio.Event()
-    # Starlette's StreamingResponse watches `receive` for the disconnect under ASGI < 2.4
-    # (what uvicorn speaks); pin that, so the signal below reaches it on any server.
+    """Run a GET for a HEAD request: send its status and headers, never its body.
+
+    The first body message completes the response; from then on the server answers
+    `receive` with `http.disconnect` (ASGI spec), which ends a stream (SSE) at once.
+    Starlette's StreamingResponse listens for that only under ASGI < 2.4 (what uvicorn
+    speaks), so that is pinned for the GET; later sends are dropped.
+    """
+    done = False
     scope = {**scope, "asgi": {**scope.get("asgi", {}), "spec_version": "2.3"}}
 
     async def headers_only(message: Message) -> None:
-        if done.is_set():
+        nonlocal done
+        if done:
             return
         if message["type"] == "http.response.start":
             await send(message)
         elif message["type"] == "http.response.body":
-            done.set()
+            done = True
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def gone_once_done() -> Message:
-        if done.is_set():
-            return {"type": "http.disconnect"}
-        incoming = asyncio.ensure_future(receive())
-        finished = asyncio.ensure_future(done.wait())
-        try:
-            await asyncio.wait({incoming, finished}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            finished.cancel()
-            if not incoming.done():
-                incoming.cancel()
-        if incoming.done() and not incoming.cancelled():
-            return incoming.result()
-        return {"type": "http.disconnect"}
-
-    await app(scope, gone_once_done, headers_only)
+    await app(scope, receive, headers_only)

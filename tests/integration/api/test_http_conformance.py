@@ -5,6 +5,7 @@ API accepts at the bound and refuses past it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -205,3 +206,42 @@ async def test_every_integer_bound_in_openapi_is_an_int_accepted_at_the_bound(
                 for e in r.json().get("errors", [])
             )
             assert named is refused, (method, path, name, value, r.status_code, r.text[:300])
+
+
+async def test_head_on_a_live_stream_ends_at_once_and_unsubscribes(
+    app: FastAPI, client: httpx.AsyncClient, pool: Pool
+) -> None:
+    from agentd.testing.engine import eventually
+
+    async with transaction(pool) as conn:
+        loop = await factories.loop(conn, status="queued")  # a GET would stay open
+    r = await asyncio.wait_for(client.head(f"/v1/loops/{loop.id}/stream"), timeout=10)
+    assert r.status_code == 200 and r.content == b""
+    assert r.headers["content-type"].startswith("text/event-stream")
+
+    async def unsubscribed() -> bool:
+        return app.state.stream_hub.subscribers() == 0
+
+    await eventually(unsubscribed)
+
+
+async def test_head_on_a_live_stream_ends_over_real_http(
+    app: FastAPI, pool: Pool, live_server: Any
+) -> None:
+    from agentd.testing.engine import eventually
+    from tests.integration.api.conftest import TOKEN
+
+    async with transaction(pool) as conn:
+        loop = await factories.loop(conn, status="queued")
+    async with live_server(app) as base, httpx.AsyncClient(base_url=base, timeout=10) as c:
+        r = await c.head(
+            f"/v1/loops/{loop.id}/stream", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        assert r.status_code == 200 and r.content == b""
+
+        async def unsubscribed() -> bool:
+            return app.state.stream_hub.subscribers() == 0
+
+        await eventually(unsubscribed)
+        r = await c.head("/healthz")  # the kept-alive connection still serves
+        assert r.status_code == 200
