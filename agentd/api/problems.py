@@ -195,9 +195,9 @@ class CatchAll:
     the response already started, the connection is simply closed.
     """
 
-    def __init__(self, app: ASGIApp, *, outages: Outages) -> None:
+    def __init__(self, app: ASGIApp, *, outages: Outages | None = None) -> None:
         self.app = app
-        self.outages = outages
+        self.outages = outages or Outages()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -20,6 +20,9 @@ T = TypeVar("T")
 CleanStr = hygiene.CleanStr
 NonBlank = hygiene.NonBlank
 JsonObject = hygiene.JsonObject
+# The former names of the two checks, for callers that validate a body by hand.
+_clean_text = hygiene.check_text
+_clean_json = hygiene.check_json
 
 #: Booleans and integers are strict: `0` is not `false`, `true` is not `1`, `"5"` is not 5.
 Bool = Annotated[bool, Strict()]
