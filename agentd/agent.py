@@ -82,6 +82,12 @@ class Agent:
     # Long loops (docs/long-loops.md). A budget pauses the loop (`token_budget_exceeded`);
     # loop state `max_tokens_total` overrides it per loop.
     max_tokens_total: int | None = None  # prompt + completion tokens the loop may spend
+    # Cost (docs/limits.md): USD per million tokens for this agent's model, as
+    # {"input": ..., "output": ..., "cached_input": ..., "reasoning": ...}; None: the
+    # [prices.*] tables, then the built-in table. `max_cost` (USD) pauses the loop
+    # (`cost_budget_exceeded`); loop state `max_cost` overrides it per loop.
+    prices: ClassVar[dict[str, Any] | None] = None
+    max_cost: float | str | None = None
     context_window: int | None = None  # the model's window in tokens; None = never compact
     compaction_threshold: float = 0.8  # compact when the prompt reaches this share of it
     compaction_keep_tail: int = 6  # recent messages kept verbatim after the summary

@@ -12,7 +12,7 @@ AgentdError
   BadRequest
     InputInvalid
   LimitExceeded
-    MaxStepsExceeded · MaxDurationExceeded · TokenBudgetExceeded
+    MaxStepsExceeded · MaxDurationExceeded · TokenBudgetExceeded · CostBudgetExceeded
   LLMError
     LLMTransportError · LLMTimeout · LLMStatusError · LLMProtocolError
   ToolError
@@ -135,6 +135,10 @@ class MaxDurationExceeded(LimitExceeded):
 
 class TokenBudgetExceeded(LimitExceeded):
     """The loop spent its token budget (max_tokens_total)."""
+
+
+class CostBudgetExceeded(LimitExceeded):
+    """The loop spent its cost budget (max_cost)."""
 
 
 class LLMError(AgentdError):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from decimal import Decimal
 from importlib.metadata import entry_points
 from typing import Any, Literal
 
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agentd import logs
 from agentd.agent import Agent, LoopView
 from agentd.errors import ConfigError, UnknownAgent
+from agentd.settings import PriceConfig
 
 log = logs.get("agentd.registry")
 
@@ -70,6 +72,8 @@ class AgentConfig(BaseModel):
     approval_required: list[str] = Field(default_factory=list)
     approval_timeout: float | None = Field(None, gt=0)
     max_tokens_total: int | None = Field(None, ge=1)
+    max_cost: Decimal | None = Field(None, gt=0, allow_inf_nan=False)
+    prices: PriceConfig | None = None
     context_window: int | None = Field(None, ge=1)
     compaction_threshold: float = Field(0.8, gt=0, le=1)
     compaction_keep_tail: int = Field(6, ge=0)
@@ -144,6 +148,8 @@ def agent_from_config(name: str, raw: dict[str, Any]) -> type[Agent]:
         concurrency_key = cfg.concurrency_key
         concurrency_limit = cfg.concurrency_limit
         max_tokens_total = cfg.max_tokens_total
+        max_cost = str(cfg.max_cost) if cfg.max_cost is not None else None
+        prices = cfg.prices.model_dump(exclude_none=True) if cfg.prices else None
         context_window = cfg.context_window
         compaction_threshold = cfg.compaction_threshold
         compaction_keep_tail = cfg.compaction_keep_tail

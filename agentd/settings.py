@@ -3,7 +3,8 @@
 Precedence: explicit arguments > environment > TOML file (`--config` / `AGENTD_CONFIG`)
 > defaults. The TOML file may also hold `[agents.*]`, `[mcp_servers.*]` and
 `[schedules.*]` tables; those are kept raw here and validated by their owners.
-`[providers.*]` tables (fleet-wide provider limits, docs/limits.md) are validated here.
+`[providers.*]` tables (fleet-wide provider limits, docs/limits.md) and `[prices.*]` tables
+(model prices, docs/configuration.md) are validated here.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import tomllib
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -46,6 +48,21 @@ class ProviderLimitsConfig(BaseModel):
     max_concurrency: int | None = Field(None, ge=1)
     rpm: int | None = Field(None, ge=1)
     tpm: int | None = Field(None, ge=1)
+
+
+class PriceConfig(BaseModel):
+    """A `[prices."MODEL"]` (or `[agents.NAME.prices]`) table: USD per million tokens.
+
+    `cached_input` defaults to `input`, `reasoning` to `output`. Write prices as TOML
+    strings ("0.075") or numbers; either is kept as an exact decimal.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: Decimal = Field(ge=0, allow_inf_nan=False)
+    output: Decimal = Field(ge=0, allow_inf_nan=False)
+    cached_input: Decimal | None = Field(None, ge=0, allow_inf_nan=False)
+    reasoning: Decimal | None = Field(None, ge=0, allow_inf_nan=False)
 
 
 class Settings(BaseSettings):
@@ -222,6 +239,9 @@ class Settings(BaseSettings):
     providers: dict[str, ProviderLimitsConfig] = Field(
         default_factory=dict, description="[providers.*]"
     )
+    prices: dict[str, PriceConfig] = Field(
+        default_factory=dict, description="[prices.*]: model prices over the built-in table"
+    )
 
     @field_validator("lease_margin", "lease_leak_grace")
     @classmethod
@@ -329,7 +349,7 @@ class Settings(BaseSettings):
     def redacted(self) -> dict[str, Any]:
         """Settings as a dict with secrets masked (for logs and /admin)."""
         data = self.model_dump(
-            mode="json", exclude={"agents", "mcp_servers", "schedules", "providers"}
+            mode="json", exclude={"agents", "mcp_servers", "schedules", "providers", "prices"}
         )
         for key in ("database_url", "database_direct_url"):
             if data.get(key):
@@ -395,7 +415,7 @@ def load_settings(config: str | Path | None = None, **overrides: Any) -> Setting
 def reference_markdown() -> str:
     """The configuration table of docs/configuration.md, generated so it cannot drift."""
     rows = ["| env var | default | meaning |", "|---|---|---|"]
-    skip = {"agents", "mcp_servers", "schedules", "providers", "config"}
+    skip = {"agents", "mcp_servers", "schedules", "providers", "prices", "config"}
     for name, field in Settings.model_fields.items():
         if name in skip:
             continue

@@ -1,5 +1,5 @@
-"""GET /admin: loops by status, activity of the last hour, failures, queues, workers,
-provider back-offs and limits, busy concurrency keys."""
+"""GET /admin: loops by status, activity of the last hour, failures, cost by agent over
+the last day, queues, workers, provider back-offs and limits, busy concurrency keys."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ router = APIRouter(prefix="/admin")
 COUNT_CAP = 10_000
 WINDOW_MINUTES = 60
 FAILURE_WINDOW = 24 * 3600.0
+COST_WINDOW = 24 * 3600.0  # loops created in the last day (a range scan of loops_created)
 STATUSES = [str(s) for s in LoopStatus]
 
 
@@ -59,6 +60,7 @@ def chart(buckets: list[dict[str, Any]], key: str) -> dict[str, Any]:
 @router.get("/", include_in_schema=False)
 async def dashboard(request: Request) -> Response:
     state = request.app.state.agentd
+    now = datetime.now(UTC)
     async with connection(state.pool) as conn:
         counts = await loops.count_by_status_capped(conn, statuses=STATUSES, cap=COUNT_CAP)
         estimate = await loops.estimate_total(conn)
@@ -71,7 +73,9 @@ async def dashboard(request: Request) -> Response:
             conn, window_seconds=state.settings.provider_rate_window
         )
         busy_keys = await concurrency_keys.list_(conn, limit=20)
-    now = datetime.now(UTC)
+        cost = await loops.cost_by_agent(
+            conn, since=now - timedelta(seconds=COST_WINDOW), until=now, agent=None
+        )
     buckets = minute_buckets(activity, now)
     queues = [
         {"queue": q, "depth": depth.get(q, (0, 0.0))[0], "lag": depth.get(q, (0, 0.0))[1]}
@@ -89,6 +93,7 @@ async def dashboard(request: Request) -> Response:
             "tool_calls": chart(buckets, "tool_calls"),
             "failures_chart": chart(buckets, "failures"),
             "failures": failures,
+            "cost": cost,
             "queues": queues,
             "workers": fleet,
             "maintenance": maintenance,

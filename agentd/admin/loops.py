@@ -17,7 +17,7 @@ from fastapi.responses import Response, StreamingResponse
 from agentd.admin import forms, live, render
 from agentd.api.state import AppState
 from agentd.db.pool import connection
-from agentd.engine import tokens
+from agentd.engine import costs, tokens
 from agentd.engine.lifecycle import DEFAULT_RESUME_FROM
 from agentd.engine.states import ACTIVE, LoopStatus
 from agentd.errors import AgentdError
@@ -215,6 +215,7 @@ async def _live_context(state: AppState, loop: Loop) -> dict[str, Any]:
     return {
         "lp": loop,
         "budget": tokens.budget(agent_cls, loop),
+        "cost_budget": costs.budget(agent_cls, loop),
         "items": items,
         "pending": pending,
         "jobs": queued,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 from urllib.parse import quote
 
@@ -14,6 +15,7 @@ from fastapi.templating import Jinja2Templates
 
 from agentd import __about__
 from agentd.admin import auth, forms
+from agentd.llm import prices
 
 PROBLEM_BASE = "https://agentd.dev/problems/"
 
@@ -64,6 +66,20 @@ def _seconds(value: float | None) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
+def _money(value: Any) -> str:
+    """A cost in USD as the admin shows it ("$0.0056"); "" for none (no price known)."""
+    if value is None or value == "":
+        return ""
+    return "$" + (prices.money(Decimal(str(value))) or "0")
+
+
+def _usage(message: Any) -> dict[str, Any]:
+    """A message's `metadata.usage` (cost, model, tps...), or {} when it has none."""
+    meta = getattr(message, "metadata", None)
+    usage = meta.get("usage") if isinstance(meta, dict) else None
+    return usage if isinstance(usage, dict) else {}
+
+
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("agentd.admin", "templates"),
@@ -75,6 +91,8 @@ def _env() -> jinja2.Environment:
     env.filters.update(
         ago=_ago,
         dt=_dt,
+        money=_money,
+        usage=_usage,
         pretty=_pretty,
         sections=_sections,
         seconds=_seconds,

@@ -22,6 +22,7 @@ from agentd.api import (
     metrics,
     problems,
     routes_approvals,
+    routes_costs,
     routes_loops,
     routes_providers,
     routes_schedules,
@@ -63,6 +64,7 @@ def create_app(state: AppState) -> FastAPI:
     v1.include_router(routes_approvals.agents_router)
     v1.include_router(routes_schedules.router)
     v1.include_router(routes_providers.router)
+    v1.include_router(routes_costs.router)
     app.include_router(v1)
     _add_docs(app)
 

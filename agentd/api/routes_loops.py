@@ -28,6 +28,7 @@ from agentd.api.state import AppState
 from agentd.db.pool import connection
 from agentd.engine.states import LoopStatus
 from agentd.errors import LoopNotFound
+from agentd.llm import prices
 from agentd.store import events, loops, messages, tool_calls
 from agentd.store.models import Loop
 
@@ -62,6 +63,8 @@ async def start_loop(body: StartLoop, request: Request, response: Response) -> L
     loop_state = body.state
     if body.max_tokens_total is not None:
         loop_state = {**(loop_state or {}), "max_tokens_total": body.max_tokens_total}
+    if body.max_cost is not None:  # a string in state: JSON numbers are floats to many readers
+        loop_state = {**(loop_state or {}), "max_cost": prices.money(body.max_cost)}
     loop = await state.lifecycle.start(
         agent=body.agent,
         message=body.message,

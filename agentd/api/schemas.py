@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from typing import Annotated, Any, Generic, Literal, TypeVar
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, Strict
 
 from agentd.api import hygiene
 from agentd.engine.states import LoopStatus
+from agentd.llm import prices
 from agentd.store.models import Event, Loop, Message, ToolCall
 
 T = TypeVar("T")
@@ -46,6 +48,14 @@ class StartLoop(_In):
         le=2**62,
         description="Token budget for this loop (overrides the agent's max_tokens_total; "
         "kept in state). Past it the loop pauses with `token_budget_exceeded`.",
+    )
+    max_cost: Decimal | None = Field(
+        None,
+        gt=0,
+        le=Decimal("1e9"),
+        allow_inf_nan=False,
+        description="Cost budget for this loop in USD (overrides the agent's max_cost; kept "
+        "in state). Past it the loop pauses with `cost_budget_exceeded`.",
     )
     concurrency_key: CleanStr | None = Field(
         None,
@@ -130,12 +140,28 @@ class Page(BaseModel, Generic[T]):
     )
 
 
+# Money is an exact decimal; JSON carries it as a string ("0.0125", USD) so no client
+# parses it into a float on the way in.
+Money = Annotated[Decimal, PlainSerializer(prices.money, return_type=str, when_used="json")]
+
+
 class Tokens(BaseModel):
     prompt: int
     completion: int
     cached: int
+    reasoning: int = Field(0, description="Reasoning tokens: part of `completion`.")
     estimated: bool = Field(
         False, description="Some counts are chars/4 estimates: the provider sent no usage."
+    )
+
+
+class Speed(BaseModel):
+    ttft_total: float = Field(description="Seconds to first token, summed over streamed turns.")
+    ttft_turns: int = Field(description="Streamed turns counted in ttft_total.")
+    ttft_mean: float | None = Field(description="ttft_total / ttft_turns; null before any.")
+    generation_seconds: float = Field(description="Seconds the model spent generating.")
+    tps: float | None = Field(
+        description="Output tokens per second of generation, over the whole loop."
     )
 
 
@@ -163,6 +189,15 @@ class LoopOut(BaseModel):
     frozen: bool
     observed: bool
     tokens: Tokens
+    cost: Money | None = Field(
+        None,
+        description="USD spent on the model (a decimal string), from the price table. Null "
+        "until a turn on a model with a known price; see cost_unpriced_turns.",
+    )
+    cost_unpriced_turns: int = Field(
+        0, description="Turns on a model with no known price: not included in `cost`."
+    )
+    speed: Speed | None = Field(None, description="Time to first token and tokens per second.")
     forked_from: ForkedFrom | None = Field(
         None, description="Set on a fork: the loop and message it was taken at."
     )
@@ -190,7 +225,19 @@ class LoopOut(BaseModel):
                 prompt=loop.tokens_prompt,
                 completion=loop.tokens_completion,
                 cached=loop.tokens_cached,
+                reasoning=loop.tokens_reasoning,
                 estimated=loop.tokens_estimated,
+            ),
+            cost=loop.cost,
+            cost_unpriced_turns=loop.cost_unpriced_turns,
+            speed=Speed(
+                ttft_total=loop.ttft_total,
+                ttft_turns=loop.ttft_turns,
+                ttft_mean=loop.ttft_total / loop.ttft_turns if loop.ttft_turns else None,
+                generation_seconds=loop.generation_seconds,
+                tps=loop.generation_tokens / loop.generation_seconds
+                if loop.generation_seconds > 0
+                else None,
             ),
             forked_from=ForkedFrom(
                 loop_id=loop.forked_from_loop_id, message_id=loop.forked_from_message_id
@@ -312,6 +359,14 @@ class MessageOut(BaseModel):
         description="The request that produced this message (assistant messages and "
         "summaries): usage, or an estimate flagged `estimated`."
     )
+    cost: Money | None = Field(
+        None,
+        description="USD this message's model call cost (a decimal string); null when the "
+        "model has no known price, and on messages no model call produced.",
+    )
+    model: str | None = Field(None, description="The model the call asked for.")
+    ttft: float | None = Field(None, description="Seconds to the first token (streamed turns).")
+    tps: float | None = Field(None, description="Output tokens per second of generation.")
     summary_through: int | None = Field(
         None,
         description="A compaction summary: the last message id it stands for in the prompt "
@@ -325,12 +380,16 @@ class MessageOut(BaseModel):
 
     @classmethod
     def of(cls, msg: Message, calls: list[ToolCall]) -> MessageOut:
+        meta = msg.metadata if isinstance(msg.metadata, dict) else {}
+        usage = meta.get("usage") if isinstance(meta.get("usage"), dict) else {}
+        assert isinstance(usage, dict)
         tokens = None
         if msg.tokens_prompt is not None or msg.tokens_completion is not None:
             tokens = Tokens(
                 prompt=msg.tokens_prompt or 0,
                 completion=msg.tokens_completion or 0,
                 cached=msg.tokens_cached or 0,
+                reasoning=int(usage.get("tokens_reasoning") or 0),
                 estimated=msg.tokens_estimated,
             )
         return cls(
@@ -346,6 +405,10 @@ class MessageOut(BaseModel):
             finish_reason=msg.finish_reason,
             error_message=msg.error_message,
             tokens=tokens,
+            cost=Decimal(usage["cost"]) if isinstance(usage.get("cost"), str) else None,
+            model=usage.get("model") if isinstance(usage.get("model"), str) else None,
+            ttft=msg.ttft,
+            tps=usage.get("tps") if isinstance(usage.get("tps"), int | float) else None,
             summary_through=msg.summary_through,
             superseded=msg.superseded_at is not None,
             forked_from_message_id=msg.forked_from_message_id,
@@ -437,3 +500,28 @@ class ProvidersOut(BaseModel):
         description="The busiest concurrency keys (at most 100)."
     )
     window_seconds: float
+
+
+class ModelCostOut(BaseModel):
+    model: str | None = Field(description="The model the calls asked for.")
+    cost: Money | None = Field(description="USD (a decimal string); null: no known price.")
+    turns: int = Field(description="Model calls (turns and compaction summaries).")
+    unpriced_turns: int
+
+
+class AgentCostOut(BaseModel):
+    agent: str
+    cost: Money | None = Field(
+        description="USD over the window's loops (a decimal string); null when none of "
+        "their turns had a price."
+    )
+    loops: int
+    unpriced_turns: int = Field(description="Turns on models with no known price.")
+    tokens: Tokens
+    models: list[ModelCostOut]
+
+
+class CostsOut(BaseModel):
+    since: datetime
+    until: datetime
+    agents: list[AgentCostOut] = Field(description="Loops created in [since, until), by agent.")

@@ -26,11 +26,11 @@ import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from fastapi import APIRouter, Header, Request
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import Response, StreamingResponse
 
 from agentd import logs
 from agentd.api import problems
@@ -286,9 +286,11 @@ def _parse_last_event_id(value: str | None) -> int | None:
     response_class=StreamingResponse,
     responses={
         200: {
-            "description": "An SSE stream: `status`, `delta`, `message`, `approval` events.",
+            "description": "An SSE stream: `status`, `delta`, `message`, `approval` events "
+            "(with `protocol=ag-ui`: AG-UI events).",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
+        204: {"description": "AG-UI: resumed after the run's last event, nothing new."},
         **problems.responses(400, 401, 404, 422, 503),
     },
 )
@@ -299,8 +301,16 @@ async def stream(
         str | None,
         Header(alias="Last-Event-ID", max_length=100, description="Resume after this event."),
     ] = None,
-) -> StreamingResponse:
+    protocol: Annotated[
+        Literal["agentd", "ag-ui"],
+        Query(description="`ag-ui`: the same stream as AG-UI events (docs/api.md)."),
+    ] = "agentd",
+) -> Response:
     """Turns on `observed` for the loop; ends when it completes, fails, stops or pauses."""
+    if protocol == "ag-ui":
+        from agentd.api import agui  # it imports this module
+
+        return await agui.stream(request, loop_id, last_event_id)
     resume_from = _parse_last_event_id(last_event_id)
     state = app_state(request)
     async with connection(state.pool) as conn:

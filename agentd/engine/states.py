@@ -65,6 +65,7 @@ class TransitionReason(StrEnum):
     MAX_STEPS = "max_steps_exceeded"
     MAX_DURATION = "max_duration_exceeded"
     TOKEN_BUDGET = "token_budget_exceeded"
+    COST_BUDGET = "cost_budget_exceeded"
     COMPACTED = "compacted"
     REGENERATED = "regenerated"
     FORKED = "forked"

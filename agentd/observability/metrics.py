@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -99,6 +100,12 @@ class Telemetry:
             ["status"],
             registry=r,
         )
+        self.cost = Counter(
+            "agentd_llm_cost",
+            "USD spent on models, by the price table (turns on unpriced models add nothing).",
+            ["agent", "model"],
+            registry=r,
+        )
         self.tool_calls = Counter(
             "agentd_tool_calls",
             "Tool call jobs finished, by outcome.",
@@ -134,6 +141,10 @@ class Telemetry:
             self.requests.labels(model=model, status=_status_of(ex)).inc()
             if ex.retry_delay is not None:
                 self.retries.labels(status=_status_of(ex)).inc()
+
+    def llm_cost(self, *, agent: str, model: str | None, cost: Decimal) -> None:
+        """A committed turn's cost (a float here: metrics are not the ledger, loops.cost is)."""
+        self.cost.labels(agent=agent, model=model or "unknown").inc(float(cost))
 
     # --- recorded once per job, by agentd.observability.scopes ---------------------------
 

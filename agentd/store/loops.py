@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -124,11 +125,16 @@ async def finalize_turn_all(
     attach: list[bool],
     own_tokens: Sequence[UUID] = (),
     worker_id: UUID | None = None,
+    cost: Decimal | None = None,
+    tokens_reasoning: int = 0,
+    generation_seconds: float | None = None,
 ) -> FinalizedTurn | None:
     """The whole LLM-turn finalize in one statement (`loop_finalize_turn_all`): loop,
     assistant message (shell promoted or inserted), tool calls, their jobs, events and the
     observers' notifications. None when the fence is lost: then nothing was written.
-    The first len(own_tokens) calls are leased to `worker_id` instead of queued."""
+    The first len(own_tokens) calls are leased to `worker_id` instead of queued.
+    `cost` (None: no price), `tokens_reasoning` and `generation_seconds` (None: not
+    counted in the loop's tps) roll up into the loop's totals."""
     rec = await conn.fetchrow(
         sql("loop_finalize_turn_all"),
         loop_id,
@@ -156,6 +162,9 @@ async def finalize_turn_all(
         attach,
         list(own_tokens),
         worker_id,
+        cost,
+        tokens_reasoning,
+        generation_seconds,
     )
     if rec is None:
         return None
@@ -175,10 +184,19 @@ async def finalize_compaction(
     new_token: UUID,
     tokens: tuple[int, int, int],
     estimated: bool,
+    cost: Decimal | None = None,
+    tokens_reasoning: int = 0,
 ) -> Loop | None:
     """Back to queued on `new_token` after a summary; None when the fence is lost."""
     rec = await conn.fetchrow(
-        sql("loop_finalize_compaction"), loop_id, execution_token, new_token, *tokens, estimated
+        sql("loop_finalize_compaction"),
+        loop_id,
+        execution_token,
+        new_token,
+        *tokens,
+        estimated,
+        cost,
+        tokens_reasoning,
     )
     return _loop(rec)
 
@@ -314,3 +332,12 @@ async def defer_turn(
 
 async def set_concurrency(conn: Connection, *, loop_id: UUID, key: str, limit: int) -> Loop | None:
     return _loop(await conn.fetchrow(sql("loop_set_concurrency"), loop_id, key, limit))
+
+
+async def cost_by_agent(
+    conn: Connection, *, since: datetime, until: datetime, agent: str | None
+) -> list[dict[str, Any]]:
+    """Per agent, over the loops created in [since, until): cost (Decimal or None), loops,
+    unpriced_turns and the tokens_* sums."""
+    rows = await conn.fetch(sql("loop_cost_by_agent"), since, until, agent)
+    return [dict(r) for r in rows]

@@ -10,6 +10,7 @@ Called by: engine (pipelines, lifecycle, reaper), api (transcript).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -172,3 +173,11 @@ async def update_partial_many(
     tokens: list[UUID],
 ) -> None:
     await conn.execute(sql("message_update_partial_many"), ids, contents, reasonings, tokens)
+
+
+async def cost_by_model(
+    conn: Connection, *, since: datetime, until: datetime, agent: str | None
+) -> list[dict[str, Any]]:
+    """Per (agent, model): cost (Decimal or None), turns, unpriced_turns."""
+    rows = await conn.fetch(sql("message_cost_by_model"), since, until, agent)
+    return [dict(r) for r in rows]

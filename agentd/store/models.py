@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, Self
 from uuid import UUID
 
@@ -15,7 +16,16 @@ def _convert(type_name: str) -> Any:
         return UUID
     if type_name.startswith("datetime"):
         return datetime.fromisoformat
+    if type_name.startswith("Decimal"):
+        return _decimal
     return None
+
+
+def _decimal(value: Any) -> Decimal:
+    # to_json renders numeric as a JSON number, which json.loads makes a float: its
+    # shortest repr gives back the column's digits up to 15 significant ones. Only the
+    # claims' copies of a loop come this way (for the budget check); the API reads rows.
+    return Decimal(str(value))
 
 
 class _Row:
@@ -51,7 +61,7 @@ class _Row:
                 continue
             v = obj[name]
             if v is not None:
-                if conv is not None and isinstance(v, str):
+                if conv is not None and (isinstance(v, str) or conv is _decimal):
                     v = conv(v)
                 elif is_float and isinstance(v, int):
                     v = float(v)
@@ -88,6 +98,14 @@ class Loop(_Row):
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
     concurrency_held: bool = False  # holds one of its key's slots (docs/limits.md)
+    # 0012: cost and speed roll-ups (docs/api.md)
+    cost: Decimal | None = None  # USD; None until a turn with a known price
+    cost_unpriced_turns: int = 0
+    tokens_reasoning: int = 0
+    ttft_total: float = 0.0
+    ttft_turns: int = 0
+    generation_seconds: float = 0.0
+    generation_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import uuid
 from agentd import logs
 from agentd.agent import Agent, resolve
 from agentd.db.pool import transaction
-from agentd.engine import dispatch, prompt, tokens
+from agentd.engine import costs, dispatch, prompt, tokens
 from agentd.engine.context import TurnContext
 from agentd.errors import FenceLost, LLMError, LLMProtocolError, MaxDurationExceeded
 from agentd.llm.types import LLMRequest, LLMResponse, Message, ToolSpec
@@ -97,6 +97,7 @@ class Compaction:
             await self.app(ctx)
             return
         tokens.check_budget(agent, ctx.loop)  # a summary is a model call like any other
+        costs.check_budget(agent, ctx.loop)
         await self._compact(ctx, plan, calls, size)
 
     async def _compact(
@@ -152,6 +153,7 @@ class Compaction:
     ) -> None:
         runtime = ctx.runtime
         used = tokens.of_turn(ctx.request, resp)
+        spent = costs.of_turn(runtime.settings, ctx.agent, ctx.request, resp, used)
         new_token = uuid.uuid4()
         async with transaction(runtime.pool) as conn:
             loop = await loops.finalize_compaction(
@@ -161,6 +163,8 @@ class Compaction:
                 new_token=new_token,
                 tokens=used.triple,
                 estimated=used.estimated,
+                cost=spent.cost,
+                tokens_reasoning=spent.tokens_reasoning,
             )
             if loop is None:
                 raise FenceLost()
@@ -176,6 +180,7 @@ class Compaction:
                     "summarised": len(plan.old),
                     "kept": len(plan.tail),
                     "prompt_tokens_before": size,
+                    "usage": spent.usage_metadata(),
                 },
                 tokens=used.triple,
                 tokens_estimated=used.estimated,
@@ -231,4 +236,6 @@ class Compaction:
         ctx.events_flushed = True
         ctx.finished = True
         ctx.loop = loop
+        if spent.cost is not None:
+            runtime.telemetry.llm_cost(agent=loop.agent, model=spent.model, cost=spent.cost)
         dispatch.wake(runtime, "llm")

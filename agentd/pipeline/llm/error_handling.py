@@ -23,6 +23,7 @@ from agentd.engine.context import TurnContext
 from agentd.engine.states import TransitionReason
 from agentd.errors import (
     AgentdError,
+    CostBudgetExceeded,
     FenceLost,
     LimitExceeded,
     MaxDurationExceeded,
@@ -54,6 +55,8 @@ class ErrorHandling:
                 if isinstance(exc, MaxDurationExceeded)
                 else TransitionReason.TOKEN_BUDGET
                 if isinstance(exc, TokenBudgetExceeded)
+                else TransitionReason.COST_BUDGET
+                if isinstance(exc, CostBudgetExceeded)
                 else TransitionReason.MAX_STEPS
             )
             await self._settle(ctx, "paused", reason, exc.message, exc)

@@ -2,7 +2,7 @@
 
 Position: after Compaction, before ResponseParsing. Reads: ctx.agent, ctx.tools, ctx.history
 (built here from the stored messages unless an earlier middleware built it). Raises the
-limits (max_steps, the token budget) before anything is sent.
+limits (max_steps, the token and cost budgets) before anything is sent.
 Writes: ctx.request, ctx.response, ctx.events; while streaming, a hidden `processing`
 assistant shell whose partial content is saved (and published to observers) at
 `stream_flush_interval`. Finalizer: no. Holds no DB connection during the model call.
@@ -18,7 +18,7 @@ import time
 
 from agentd.agent import resolve
 from agentd.db.pool import transaction
-from agentd.engine import limits, prompt, tokens
+from agentd.engine import costs, limits, prompt, tokens
 from agentd.engine.context import TurnContext
 from agentd.errors import FenceLost, LLMError, MaxDurationExceeded, MaxStepsExceeded
 from agentd.llm.types import LLMRequest, StreamDelta
@@ -38,6 +38,7 @@ class NetworkCalling:
         if agent.max_steps is not None and ctx.loop.step_count >= agent.max_steps:
             raise MaxStepsExceeded(f"max_steps ({agent.max_steps}) reached")
         tokens.check_budget(agent, ctx.loop)
+        costs.check_budget(agent, ctx.loop)
         provider = await resolve(agent.llm_provider())
         if not ctx.history:  # Compaction (or a host middleware) may have built it already
             rows, calls = await ctx.prompt_inputs()

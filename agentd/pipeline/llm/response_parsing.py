@@ -2,7 +2,8 @@
 
 Position: last. Reads: ctx.response. Writes, in ONE statement (one round trip, one
 commit: store/sql/loops.sql `loop_finalize_turn_all`) fenced by the turn's execution token:
-the loop (step, status, tokens: usage, or a flagged chars/4 estimate), the assistant message
+the loop (step, status, tokens: usage, or a flagged chars/4 estimate; cost and speed
+totals, engine/costs.py), the assistant message
 (promoting the streaming shell), its tool calls, their jobs (all, or only the first when
 sequential), the turn's events and, for an observed loop, the observers' notifications.
 Zero rows on the fence: FenceLost, nothing written.
@@ -15,7 +16,7 @@ import uuid
 from typing import Any
 
 from agentd.db.pool import connection
-from agentd.engine import dispatch, tokens
+from agentd.engine import costs, dispatch, tokens
 from agentd.engine.context import TurnContext
 from agentd.errors import FenceLost
 from agentd.observability import tracing
@@ -35,6 +36,7 @@ class ResponseParsing:
         runtime = ctx.runtime
         calls = resp.tool_calls
         used = tokens.of_turn(ctx.request, resp)  # the provider's usage, or an estimate
+        spent = costs.of_turn(runtime.settings, agent, ctx.request, resp, used)
         sequential = bool(agent.sequential_tool_calls)
         rows = [
             {
@@ -59,7 +61,7 @@ class ResponseParsing:
         own = handoff.reserve("tool", 1 if sequential else len(rows)) if handoff and rows else 0
         tokens_own = [uuid.uuid4() for _ in range(own)]
         try:
-            done = await self._finalize(ctx, rows, used, sequential, turn_event, tokens_own)
+            done = await self._finalize(ctx, rows, used, spent, sequential, turn_event, tokens_own)
         except BaseException:
             if handoff is not None:
                 handoff.unreserve("tool", own)
@@ -83,6 +85,8 @@ class ResponseParsing:
         ctx.finished = True
         ctx.loop = loop
         runtime.telemetry.turn_outcome(ctx, "tool_calls" if calls else "completed")
+        if spent.cost is not None:
+            runtime.telemetry.llm_cost(agent=loop.agent, model=spent.model, cost=spent.cost)
         if handoff is not None:
             handoff.unreserve("tool", own - len(done.leased_calls))
             by_name = {t.name: t for t in ctx.tools}
@@ -106,6 +110,7 @@ class ResponseParsing:
         ctx: TurnContext,
         rows: list[dict[str, Any]],
         used: tokens.TurnTokens,
+        spent: costs.TurnCost,
         sequential: bool,
         turn_event: NewEvent,
         own_tokens: list[uuid.UUID],
@@ -124,7 +129,7 @@ class ResponseParsing:
                 message={
                     "content": resp.content,
                     "reasoning": resp.reasoning,
-                    "metadata": resp.metadata,
+                    "metadata": {**resp.metadata, "usage": spent.usage_metadata()},
                     "ttft": resp.ttft,
                     "duration": resp.duration,
                     "finish_reason": resp.finish_reason,
@@ -137,4 +142,7 @@ class ResponseParsing:
                 attach=[False] * len(ctx.events) + [True],
                 own_tokens=own_tokens,
                 worker_id=runtime.worker_id,
+                cost=spent.cost,
+                tokens_reasoning=spent.tokens_reasoning,
+                generation_seconds=spent.generation_seconds,
             )

@@ -69,7 +69,9 @@ RETURNING *;
 -- to this worker ($39), one lease token each, and get no job: the finalizing worker runs
 -- them itself (the state a claim would leave); returned as leased_calls. A frozen loop's
 -- calls are all queued, as the claim would not take them.
--- $1 id uuid · $2 execution_token uuid · $3 completed bool · $4 tokens_prompt int · $5 tokens_completion int · $6 tokens_cached int · $7 tokens_estimated bool · $8 shell_id bigint|null · $9 content text · $10 reasoning text · $11 metadata jsonb · $12 ttft float · $13 duration float · $14 finish_reason text · $15 positions int[] · $16 provider_ids text[] · $17 names text[] · $18 arguments jsonb[] · $19 raws text[] · $20 metadatas jsonb[] · $21 sequential bool · $22 tool_lease_seconds float · $23 notify_tool bool · $24..$36 the event_insert_many columns · $37 attach bool[] · $38 own_tokens uuid[] · $39 worker_id uuid|null
+-- Cost and speed (0012): $40 (null: no price) is added to the loop's cost, or counted in
+-- cost_unpriced_turns; the message carries its own figures in metadata.usage ($11).
+-- $1 id uuid · $2 execution_token uuid · $3 completed bool · $4 tokens_prompt int · $5 tokens_completion int · $6 tokens_cached int · $7 tokens_estimated bool · $8 shell_id bigint|null · $9 content text · $10 reasoning text · $11 metadata jsonb · $12 ttft float · $13 duration float · $14 finish_reason text · $15 positions int[] · $16 provider_ids text[] · $17 names text[] · $18 arguments jsonb[] · $19 raws text[] · $20 metadatas jsonb[] · $21 sequential bool · $22 tool_lease_seconds float · $23 notify_tool bool · $24..$36 the event_insert_many columns · $37 attach bool[] · $38 own_tokens uuid[] · $39 worker_id uuid|null · $40 cost numeric|null · $41 tokens_reasoning int · $42 generation_seconds float|null
 WITH l AS (
     UPDATE loops
     SET step_count = step_count + 1,
@@ -80,6 +82,14 @@ WITH l AS (
         tokens_prompt = tokens_prompt + $4::int, tokens_completion = tokens_completion + $5::int,
         tokens_cached = tokens_cached + $6::int,
         tokens_estimated = tokens_estimated OR coalesce($7::bool, false),
+        cost = CASE WHEN $40::numeric IS NULL THEN cost ELSE coalesce(cost, 0) + $40::numeric END,
+        cost_unpriced_turns = cost_unpriced_turns + CASE WHEN $40::numeric IS NULL THEN 1 ELSE 0 END,
+        tokens_reasoning = tokens_reasoning + coalesce($41::int, 0),
+        ttft_total = ttft_total + coalesce($12::float8, 0),
+        ttft_turns = ttft_turns + CASE WHEN $12::float8 IS NULL THEN 0 ELSE 1 END,
+        generation_seconds = generation_seconds + coalesce($42::float8, 0),
+        generation_tokens = generation_tokens
+                            + CASE WHEN $42::float8 IS NULL THEN 0 ELSE $5::int END,
         updated_at = now()
     WHERE id = $1 AND execution_token = $2::uuid AND status = 'running'
     RETURNING *
@@ -334,13 +344,17 @@ SELECT reltuples::bigint FROM pg_class WHERE oid = 'loops'::regclass;
 -- Compaction, in the transaction that writes the summary; fence: status running AND
 -- execution_token = $2. The loop goes back to queued on a new generation ($3) for the turn
 -- that uses the summary; step_count is not advanced (a compaction is not a model step).
--- $1 id uuid · $2 execution_token uuid · $3 new_token uuid · $4 tokens_prompt int · $5 tokens_completion int · $6 tokens_cached int · $7 tokens_estimated bool
+-- The summary's cost ($8, null: no price) rolls up as a turn's does (0012).
+-- $1 id uuid · $2 execution_token uuid · $3 new_token uuid · $4 tokens_prompt int · $5 tokens_completion int · $6 tokens_cached int · $7 tokens_estimated bool · $8 cost numeric|null · $9 tokens_reasoning int
 UPDATE loops
 SET status = 'queued', status_reason = 'compacted', execution_token = $3,
     lease_expires_at = NULL, worker_id = NULL, error_message = NULL,
     tokens_prompt = tokens_prompt + $4, tokens_completion = tokens_completion + $5,
     tokens_cached = tokens_cached + $6,
     tokens_estimated = tokens_estimated OR coalesce($7, false),
+    cost = CASE WHEN $8::numeric IS NULL THEN cost ELSE coalesce(cost, 0) + $8::numeric END,
+    cost_unpriced_turns = cost_unpriced_turns + CASE WHEN $8::numeric IS NULL THEN 1 ELSE 0 END,
+    tokens_reasoning = tokens_reasoning + coalesce($9::int, 0),
     updated_at = now()
 WHERE id = $1 AND execution_token = $2 AND status = 'running'
 RETURNING *;
@@ -387,3 +401,19 @@ SELECT u.id, (SELECT id FROM j) AS job_id FROM u;
 UPDATE loops SET concurrency_key = $2, concurrency_limit = $3
 WHERE id = $1 AND NOT concurrency_held
 RETURNING *;
+
+-- name: loop_cost_by_agent :many
+-- API /v1/costs and the admin dashboard: per agent, the cost and tokens of the loops
+-- created in [$1, $2) (a range scan of loops_created); cost is null for an agent none of
+-- whose turns had a price; no fence.
+-- $1 since timestamptz · $2 until timestamptz · $3 agent text|null
+SELECT agent, sum(cost) AS cost, count(*)::bigint AS loops,
+       sum(cost_unpriced_turns)::bigint AS unpriced_turns,
+       sum(tokens_prompt)::bigint AS tokens_prompt,
+       sum(tokens_completion)::bigint AS tokens_completion,
+       sum(tokens_cached)::bigint AS tokens_cached,
+       sum(tokens_reasoning)::bigint AS tokens_reasoning
+FROM loops
+WHERE created_at >= $1 AND created_at < $2 AND ($3::text IS NULL OR agent = $3)
+GROUP BY agent
+ORDER BY agent;

@@ -174,3 +174,20 @@ UPDATE messages AS m
 SET content = x.c, reasoning = x.r, updated_at = now()
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::uuid[]) AS x(id, c, r, tok)
 WHERE m.id = x.id AND m.status = 'processing' AND m.execution_token = x.tok;
+
+-- name: message_cost_by_model :many
+-- API /v1/costs: per agent and model, the cost of the model calls (assistant messages and
+-- compaction summaries carrying metadata.usage) of the loops created in [$1, $2). Copies
+-- made by a fork are left out (the source loop counted them); no fence.
+-- $1 since timestamptz · $2 until timestamptz · $3 agent text|null
+SELECT l.agent, m.metadata -> 'usage' ->> 'model' AS model,
+       sum((m.metadata -> 'usage' ->> 'cost')::numeric) AS cost,
+       count(*)::bigint AS turns,
+       (count(*) FILTER (WHERE m.metadata -> 'usage' ->> 'cost' IS NULL))::bigint
+           AS unpriced_turns
+FROM loops l
+JOIN messages m ON m.loop_id = l.id
+WHERE l.created_at >= $1 AND l.created_at < $2 AND ($3::text IS NULL OR l.agent = $3)
+  AND m.metadata ? 'usage' AND NOT m.hidden AND m.forked_from_message_id IS NULL
+GROUP BY 1, 2
+ORDER BY 1, 2;

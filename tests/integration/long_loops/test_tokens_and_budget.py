@@ -70,7 +70,13 @@ async def test_start_request_budget_overrides_the_agents(
     assert row.status_reason == "token_budget_exceeded"
     shown = (await client.get(f"/v1/loops/{loop_id}")).json()
     assert shown["status_reason"] == "token_budget_exceeded"
-    assert shown["tokens"] == {"prompt": 80, "completion": 30, "cached": 0, "estimated": False}
+    assert shown["tokens"] == {
+        "prompt": 80,
+        "completion": 30,
+        "cached": 0,
+        "reasoning": 0,
+        "estimated": False,
+    }
 
 
 async def test_per_message_tokens_are_in_the_transcript(
@@ -89,13 +95,25 @@ async def test_per_message_tokens_are_in_the_transcript(
     items = (await client.get(f"/v1/loops/{loop.id}/messages")).json()["items"]
     assert [(m["role"], m["tokens"]) for m in items] == [
         ("user", None),
-        ("assistant", {"prompt": 40, "completion": 7, "cached": 0, "estimated": False}),
+        (
+            "assistant",
+            {"prompt": 40, "completion": 7, "cached": 0, "reasoning": 0, "estimated": False},
+        ),
         ("tool", None),
-        ("assistant", {"prompt": 40, "completion": 7, "cached": 0, "estimated": False}),
+        (
+            "assistant",
+            {"prompt": 40, "completion": 7, "cached": 0, "reasoning": 0, "estimated": False},
+        ),
     ]
     assert all(m["superseded"] is False and m["summary_through"] is None for m in items)
     shown = (await client.get(f"/v1/loops/{loop.id}")).json()
-    assert shown["tokens"] == {"prompt": 80, "completion": 14, "cached": 0, "estimated": False}
+    assert shown["tokens"] == {
+        "prompt": 80,
+        "completion": 14,
+        "cached": 0,
+        "reasoning": 0,
+        "estimated": False,
+    }
 
 
 async def test_missing_usage_is_estimated_and_flagged(

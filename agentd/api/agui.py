@@ -1,0 +1,529 @@
+"""GET /v1/loops/{id}/stream?protocol=ag-ui: a loop's live stream as AG-UI events.
+
+The same live feed as the agentd stream (api/streams.py: one shared LISTEN, per-loop
+queues), mapped to the AG-UI protocol (https://docs.ag-ui.com, version AGUI_VERSION) so
+an AG-UI front end (CopilotKit, ...) renders a loop as it runs. The JSON is written here,
+camelCase as the protocol specifies; tests validate every event with the `ag-ui-protocol`
+package's models, which the runtime does not need.
+
+One connection is one AG-UI run of the thread `threadId` = the loop id:
+
+- RUN_STARTED, MESSAGES_SNAPSHOT (the visible transcript), STATE_SNAPSHOT (loop state);
+- streamed text: TEXT_MESSAGE_START / CONTENT (the live deltas) / END (at commit, with
+  whatever the deltas did not carry), then the message's reasoning as REASONING_* and its
+  tool calls as TOOL_CALL_START / ARGS / END; a tool result: TOOL_CALL_RESULT;
+  a user message added meanwhile: a TEXT_MESSAGE_* of role user;
+- status changes and approvals: CUSTOM `agentd.status` / `agentd.approval`;
+- at rest: RUN_FINISHED (completed: success; paused: an interrupt naming the reason;
+  stopped: cancelled) or RUN_ERROR (failed), after a STATE_SNAPSHOT if the state changed.
+
+Message ids are agentd message ids, tool call ids agentd tool call ids (as in the REST
+API), both as strings.
+
+Event ids (`Last-Event-ID`): `<A>.<N>.<k>`, where A anchors the run (runId = `<loop>:<A>`),
+N is the highest committed message id sent, k a counter; `.<M>.<L>` is appended while text
+message M is open with L characters sent. The run's last event is `<A>.<N>.end`. Resuming
+continues the run without a second RUN_STARTED: messages after N are sent (tool results
+of the newest turn may come twice, as on the agentd stream), an open message gets the rest
+of its text at commit. Resuming after `.end` with nothing new answers 204 (an EventSource
+stops reconnecting); if the loop moved on, a new run starts (with a fresh snapshot).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from fastapi import Request
+from fastapi.responses import Response, StreamingResponse
+
+from agentd.api.problems import ApiProblem
+from agentd.api.routes_loops import app_state
+from agentd.api.streams import END, KEEPALIVE_SECONDS, StreamHub, Subscription
+from agentd.db.pool import connection
+from agentd.errors import LoopNotFound
+from agentd.llm import prices
+from agentd.store import loops, messages, tool_calls
+from agentd.store.models import Loop, Message, ToolCall
+
+AGUI_VERSION = "1.0"
+_EVENT_ID = re.compile(r"^(\d{1,18})\.(\d{1,18})\.(?:(end)|\d{1,18}(?:\.(\d{1,18})\.(\d{1,18}))?)$")
+
+
+@dataclass(frozen=True)
+class Resume:
+    anchor: int
+    high: int
+    ended: bool
+    open_id: int | None
+    open_len: int
+
+
+def parse_last_event_id(value: str | None) -> Resume | None:
+    if value is None or not value.strip():
+        return None
+    m = _EVENT_ID.match(value.strip())
+    if m is None:
+        raise ApiProblem(
+            400,
+            "Last-Event-ID is not an id this AG-UI stream sent (<A>.<N>.<k>[.<M>.<L>] or "
+            "<A>.<N>.end)",
+            problem_type="invalid-last-event-id",
+        )
+    return Resume(
+        anchor=int(m.group(1)),
+        high=int(m.group(2)),
+        ended=m.group(3) is not None,
+        open_id=int(m.group(4)) if m.group(4) else None,
+        open_len=int(m.group(5) or 0),
+    )
+
+
+def _event(kind: str, **fields: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": kind, "timestamp": int(time.time() * 1000)}
+    out.update({k: v for k, v in fields.items() if v is not None})
+    return out
+
+
+def _arguments(tc: ToolCall) -> str:
+    if tc.arguments is not None:
+        return json.dumps(tc.arguments)
+    return tc.arguments_raw or ""
+
+
+def _snapshot_messages(rows: list[Message], calls: list[ToolCall]) -> list[dict[str, Any]]:
+    """The transcript as AG-UI messages (compaction summaries and superseded replies left
+    out: they are not the conversation a person reads)."""
+    by_message: dict[int, list[ToolCall]] = {}
+    for c in calls:
+        by_message.setdefault(c.message_id, []).append(c)
+    out: list[dict[str, Any]] = []
+    for m in rows:
+        if m.superseded_at is not None or m.is_summary:
+            continue
+        if m.role == "user":
+            out.append({"id": str(m.id), "role": "user", "content": m.content or ""})
+        elif m.role == "assistant":
+            msg: dict[str, Any] = {"id": str(m.id), "role": "assistant"}
+            if m.content:
+                msg["content"] = m.content
+            own = by_message.get(m.id, [])
+            if own:
+                msg["toolCalls"] = [
+                    {
+                        "id": str(c.id),
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": _arguments(c)},
+                    }
+                    for c in own
+                ]
+            out.append(msg)
+        elif m.role == "tool" and m.tool_call_id is not None:
+            out.append(
+                {
+                    "id": str(m.id),
+                    "role": "tool",
+                    "content": m.content or "",
+                    "toolCallId": str(m.tool_call_id),
+                }
+            )
+    return out
+
+
+def _newest_assistant(rows: list[Message], at_most: int | None = None) -> int:
+    ids = [m.id for m in rows if m.role == "assistant" and (at_most is None or m.id <= at_most)]
+    return max(ids, default=0)
+
+
+class AguiStream:
+    """The frames of one AG-UI connection (the bookkeeping of streams.LoopStream)."""
+
+    def __init__(
+        self, request: Request, sub: Subscription, loop: Loop, resume: Resume | None
+    ) -> None:
+        self.state = app_state(request)
+        self.hub: StreamHub = request.app.state.stream_hub
+        self.sub = sub
+        self.loop = loop
+        self.resume = resume
+        self.thread_id = str(loop.id)
+        self.anchor = 0
+        self.floor = 0  # as in LoopStream: every visible message <= floor was sent
+        self.sent: set[int] = set()
+        self.high = 0
+        self.counter = 0
+        # The text message open on the client: id, characters it has, and whether live
+        # deltas may still be appended (not after a resume: the missed ones are lost).
+        self.open_id: int | None = None
+        self.open_text = ""
+        self.open_len = 0
+        self.open_live = True
+        self.last_state: Any = loop.state
+        # Tokens of the model calls this run has sent, per model (RUN_FINISHED `usage`).
+        self.usage: dict[str, dict[str, int]] = {}
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.thread_id}:{self.anchor}"
+
+    def _frame(self, data: dict[str, Any], *, last: bool = False) -> str:
+        if last:
+            event_id = f"{self.anchor}.{self.high}.end"
+        else:
+            self.counter += 1
+            event_id = f"{self.anchor}.{self.high}.{self.counter}"
+            if self.open_id is not None:
+                event_id += f".{self.open_id}.{self.open_len}"
+        return f"id: {event_id}\ndata: {json.dumps(data, default=str)}\n\n"
+
+    # --- text ------------------------------------------------------------------------
+
+    def _open(self, message_id: int, role: str = "assistant") -> list[str]:
+        self.open_id, self.open_text, self.open_len, self.open_live = message_id, "", 0, True
+        return [self._frame(_event("TEXT_MESSAGE_START", messageId=str(message_id), role=role))]
+
+    def _content(self, delta: str) -> list[str]:
+        if not delta or self.open_id is None:
+            return []  # an empty delta is allowed in 1.0, not by every older consumer
+        self.open_text += delta
+        self.open_len += len(delta)
+        return [
+            self._frame(_event("TEXT_MESSAGE_CONTENT", messageId=str(self.open_id), delta=delta))
+        ]
+
+    def _close(self) -> list[str]:
+        if self.open_id is None:
+            return []
+        mid, self.open_id = self.open_id, None
+        return [self._frame(_event("TEXT_MESSAGE_END", messageId=str(mid)))]
+
+    def _on_delta(self, item: dict[str, Any]) -> list[str]:
+        mid = item.get("message_id")
+        delta = item.get("delta")
+        if not isinstance(mid, int) or not isinstance(delta, str):
+            return []
+        if mid <= self.floor or mid in self.sent:
+            return []  # a late delta of a message already committed and sent
+        frames: list[str] = []
+        if self.open_id != mid:
+            frames += self._close()
+            frames += self._open(mid)
+        elif not self.open_live:
+            return []
+        if item.get("truncated"):
+            self.open_live = False  # the rest comes from the committed text
+        return frames + self._content(delta)
+
+    # --- committed messages ----------------------------------------------------------
+
+    def _message(self, m: Message, calls: list[ToolCall]) -> list[str]:
+        frames: list[str] = []
+        if m.role == "user":
+            frames += self._close()
+            frames += self._open(m.id, role="user")
+            frames += self._content(m.content or "")
+            frames += self._close()
+        elif m.role == "assistant":
+            self._count(m)
+            text = m.content or ""
+            if self.open_id == m.id:
+                streamed = self.open_len
+                if self.open_text and not text.startswith(self.open_text):
+                    streamed = len(text)  # deltas were cut short: nothing sane to append
+                frames += self._content(text[streamed:])
+                frames += self._close()
+                frames += self._reasoning(m)
+            else:
+                frames += self._close()
+                frames += self._reasoning(m)
+                if text:
+                    frames += self._open(m.id)
+                    frames += self._content(text)
+                    frames += self._close()
+            for c in calls:
+                cid = str(c.id)
+                frames.append(
+                    self._frame(
+                        _event(
+                            "TOOL_CALL_START",
+                            toolCallId=cid,
+                            toolCallName=c.name,
+                            parentMessageId=str(m.id),
+                        )
+                    )
+                )
+                args = _arguments(c)
+                if args:
+                    frames.append(self._frame(_event("TOOL_CALL_ARGS", toolCallId=cid, delta=args)))
+                frames.append(self._frame(_event("TOOL_CALL_END", toolCallId=cid)))
+        elif m.role == "tool" and m.tool_call_id is not None:
+            frames.append(
+                self._frame(
+                    _event(
+                        "TOOL_CALL_RESULT",
+                        messageId=str(m.id),
+                        toolCallId=str(m.tool_call_id),
+                        content=m.content or "",
+                        role="tool",
+                    )
+                )
+            )
+        return frames
+
+    def _count(self, m: Message) -> None:
+        if m.tokens_prompt is None and m.tokens_completion is None:
+            return
+        meta = m.metadata if isinstance(m.metadata, dict) else {}
+        usage = meta.get("usage") if isinstance(meta.get("usage"), dict) else {}
+        assert isinstance(usage, dict)
+        named = usage.get("model")
+        model = named if isinstance(named, str) else ""
+        seen = self.usage.setdefault(model, {"input": 0, "output": 0, "cached": 0, "reasoning": 0})
+        seen["input"] += m.tokens_prompt or 0
+        seen["output"] += m.tokens_completion or 0
+        seen["cached"] += m.tokens_cached or 0
+        seen["reasoning"] += int(usage.get("tokens_reasoning") or 0)
+
+    def _usage(self) -> list[dict[str, Any]] | None:
+        """AG-UI TokenUsage entries: input and output are totals, cached and reasoning
+        parts of them (as agentd counts them too)."""
+        out = []
+        for model, n in sorted(self.usage.items()):
+            entry: dict[str, Any] = {
+                "inputTokens": n["input"],
+                "outputTokens": n["output"],
+                "totalTokens": n["input"] + n["output"],
+                "reasoningTokens": n["reasoning"],
+                "cachedInputTokens": n["cached"],
+            }
+            if model:
+                entry = {"model": model, **entry}
+            out.append(entry)
+        return out or None
+
+    def _reasoning(self, m: Message) -> list[str]:
+        if not m.reasoning:
+            return []
+        rid = f"{m.id}-reasoning"
+        return [
+            self._frame(_event("REASONING_START", messageId=rid)),
+            self._frame(_event("REASONING_MESSAGE_START", messageId=rid, role="reasoning")),
+            self._frame(_event("REASONING_MESSAGE_CONTENT", messageId=rid, delta=m.reasoning)),
+            self._frame(_event("REASONING_MESSAGE_END", messageId=rid)),
+            self._frame(_event("REASONING_END", messageId=rid)),
+        ]
+
+    async def _catch_up(self) -> list[str]:
+        async with connection(self.state.pool) as conn:
+            rows = await messages.list_after(conn, loop_id=self.loop.id, after_id=self.floor)
+            fresh = [m for m in rows if m.id not in self.sent]
+            calls = await tool_calls.list_for_loop(conn, loop_id=self.loop.id) if fresh else []
+        by_message: dict[int, list[ToolCall]] = {}
+        for c in calls:
+            by_message.setdefault(c.message_id, []).append(c)
+        frames: list[str] = []
+        for m in fresh:
+            if m.is_summary:
+                self.sent.add(m.id)
+                continue
+            self.sent.add(m.id)
+            self.high = max(self.high, m.id)  # the message's own events carry its id
+            frames += self._message(m, by_message.get(m.id, []))
+        newest = _newest_assistant(rows)
+        if newest > self.floor:
+            self.floor = newest
+            self.sent = {i for i in self.sent if i > newest}
+        return frames
+
+    # --- state and the end of the run --------------------------------------------------
+
+    def _state_if_changed(self, loop: Loop) -> list[str]:
+        if loop.state == self.last_state:
+            return []
+        self.last_state = loop.state
+        return [self._frame(_event("STATE_SNAPSHOT", snapshot=loop.state))]
+
+    def _finish(self, loop: Loop) -> list[str]:
+        frames = self._close() + self._state_if_changed(loop)
+        meta = {
+            "agentd": {
+                "status": loop.status,
+                "reason": loop.status_reason,
+                "stepCount": loop.step_count,
+                "cost": prices.money(loop.cost),
+            }
+        }
+        if loop.status == "failed":
+            last = _event(
+                "RUN_ERROR",
+                message=loop.error_message or "the loop failed",
+                code=loop.status_reason,
+                metadata=meta,
+                usage=self._usage(),
+            )
+        else:
+            if loop.status == "paused":
+                reason = loop.status_reason or "paused"
+                outcome: dict[str, Any] = {
+                    "type": "interrupt",
+                    "interrupts": [
+                        {
+                            "id": f"{self.thread_id}:{reason}:{loop.step_count}",
+                            "reason": reason,
+                            "message": loop.error_message
+                            or "The loop is paused; resume it to continue.",
+                        }
+                    ],
+                }
+            elif loop.status == "stopped":
+                outcome = {"type": "cancelled"}
+            else:
+                outcome = {"type": "success"}
+            last = _event(
+                "RUN_FINISHED",
+                threadId=self.thread_id,
+                runId=self.run_id,
+                outcome=outcome,
+                metadata=meta,
+                usage=self._usage(),
+            )
+        return [*frames, self._frame(last, last=True)]
+
+    async def _reload(self) -> Loop | None:
+        async with connection(self.state.pool) as conn:
+            row = await loops.get(conn, loop_id=self.loop.id)
+        if row is not None:
+            self.loop = row
+        return row
+
+    # --- the connection ----------------------------------------------------------------
+
+    async def frames(self) -> AsyncIterator[str]:
+        try:
+            async for frame in self._frames():
+                yield frame
+        finally:
+            await self.hub.unsubscribe(self.sub)
+
+    async def _start(self, rows: list[Message]) -> list[str]:
+        async with connection(self.state.pool) as conn:
+            calls = await tool_calls.list_for_loop(conn, loop_id=self.loop.id)
+        visible = [m for m in rows if not m.hidden]
+        return [
+            self._frame(
+                _event(
+                    "RUN_STARTED",
+                    threadId=self.thread_id,
+                    runId=self.run_id,
+                    protocolVersion=AGUI_VERSION,
+                )
+            ),
+            self._frame(_event("MESSAGES_SNAPSHOT", messages=_snapshot_messages(visible, calls))),
+            self._frame(_event("STATE_SNAPSHOT", snapshot=self.loop.state)),
+        ]
+
+    async def _frames(self) -> AsyncIterator[str]:
+        async with connection(self.state.pool) as conn:
+            rows = await messages.list_(conn, loop_id=self.loop.id)
+        resume = self.resume
+        if resume is None or resume.ended:
+            # A new run: it starts after every message there is now.
+            self.floor = _newest_assistant(rows)
+            self.sent = {m.id for m in rows if m.id > self.floor}
+            self.high = max((m.id for m in rows), default=0)
+            self.anchor = self.high
+            for frame in await self._start(rows):
+                yield frame
+        else:
+            self.anchor = resume.anchor
+            self.floor = _newest_assistant(rows, at_most=resume.high)
+            self.sent = {
+                m.id for m in rows if self.floor < m.id <= resume.high and m.role != "tool"
+            }
+            self.high = resume.high
+            if resume.open_id is not None:
+                self.open_id, self.open_len, self.open_live = resume.open_id, resume.open_len, False
+            for frame in await self._catch_up():
+                yield frame
+        loop = self.loop
+        yield self._frame(
+            _event(
+                "CUSTOM",
+                name="agentd.status",
+                value={"status": loop.status, "reason": loop.status_reason},
+            )
+        )
+        if loop.status in END:
+            for frame in self._finish(loop):
+                yield frame
+            return
+        while True:
+            try:
+                item = await asyncio.wait_for(self.sub.queue.get(), KEEPALIVE_SECONDS)
+            except TimeoutError:
+                yield ": keep-alive\n\n"
+                continue
+            kind = item.get("type")
+            if kind == "delta":
+                for frame in self._on_delta(item):
+                    yield frame
+            elif kind == "message":
+                for frame in await self._catch_up():
+                    yield frame
+            elif kind == "approval":
+                value = {k: v for k, v in item.items() if k not in ("type", "loop_id")}
+                yield self._frame(_event("CUSTOM", name="agentd.approval", value=value))
+            elif kind in ("status", "resync", "state"):
+                for frame in await self._catch_up():
+                    yield frame
+                row = await self._reload()
+                if row is None:
+                    return
+                for frame in self._state_if_changed(row):
+                    yield frame
+                if kind == "state":
+                    continue
+                status = str(item.get("status")) if kind == "status" else row.status
+                yield self._frame(
+                    _event(
+                        "CUSTOM",
+                        name="agentd.status",
+                        value={"status": status, "reason": item.get("reason", row.status_reason)},
+                    )
+                )
+                if row.status in END and status in END:
+                    for frame in self._finish(row):
+                        yield frame
+                    return
+
+
+async def stream(request: Request, loop_id: UUID, last_event_id: str | None) -> Response:
+    """The AG-UI stream of a loop (the route lives in api/streams.py)."""
+    resume = parse_last_event_id(last_event_id)
+    state = app_state(request)
+    async with connection(state.pool) as conn:
+        loop = await loops.get(conn, loop_id=loop_id)
+        if loop is None:
+            raise LoopNotFound(f"no loop {loop_id}")
+        if resume is not None and resume.ended and loop.status in END:
+            newer = await messages.list_after(conn, loop_id=loop_id, after_id=resume.high)
+            if not newer:
+                return Response(status_code=204)  # the run ended and nothing happened since
+    hub: StreamHub = request.app.state.stream_hub
+    sub = await hub.subscribe(loop_id)
+    try:
+        loop = await state.lifecycle.observe(loop_id, True)
+    except BaseException:
+        await hub.unsubscribe(sub)
+        raise
+    return StreamingResponse(
+        AguiStream(request, sub, loop, resume).frames(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
