@@ -520,7 +520,8 @@ async def _prune(settings: Settings, args: argparse.Namespace) -> int:
     async with _database(settings, migrate_first=False) as (pool, _):
         report = await Janitor(settings, pool).prune_once()
     print(
-        f"agentd: pruned {report.events} event(s), {report.inbound_sessions} inbound MCP session(s)"
+        f"agentd: pruned {report.events} event(s), {report.inbound_sessions} inbound MCP "
+        f"session(s), {report.idempotency_keys} expired idempotency key(s)"
     )
     return 0
 

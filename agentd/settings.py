@@ -212,6 +212,12 @@ class Settings(BaseSettings):
     mcp_inbound_session_retention: timedelta | None = Field(
         None, description="Prune inbound MCP sessions created earlier. Unset: keep."
     )
+    idempotency_key_retention: timedelta = Field(
+        timedelta(hours=24),
+        gt=timedelta(0),
+        description="How long an Idempotency-Key of POST /v1/loops answers with its loop; "
+        "the janitor deletes older keys.",
+    )
     janitor_batch_size: int = Field(1000, ge=1, description="Rows deleted per batch.")
 
     # --- provider limits (docs/limits.md)
@@ -426,6 +432,8 @@ def reference_markdown() -> str:
             shown = "unset"
         elif isinstance(default, list):
             shown = ",".join(str(x) for x in default) or "(none)"
+        elif isinstance(default, timedelta):
+            shown = f"PT{default.total_seconds():g}S"  # ISO 8601, as the variable is written
         else:
             shown = str(default)
         rows.append(f"| `AGENTD_{name.upper()}` | `{shown}` | {field.description or ''} |")

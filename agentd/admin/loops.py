@@ -22,7 +22,7 @@ from agentd.engine.lifecycle import DEFAULT_RESUME_FROM
 from agentd.engine.states import ACTIVE, LoopStatus
 from agentd.errors import AgentdError
 from agentd.store import events, jobs, loops, mcp, messages, tool_calls
-from agentd.store.models import Loop, Message, ToolCall
+from agentd.store.models import Event, Loop, Message, ToolCall
 
 router = APIRouter(prefix="/admin")
 
@@ -199,6 +199,10 @@ def transcript(
     return out, pending
 
 
+#: What the reaper writes when it takes work back from a dead or stalled worker.
+RECLAIMS = ("turn.reclaimed", "tool_call.reclaimed")
+
+
 async def _live_context(state: AppState, loop: Loop) -> dict[str, Any]:
     # One snapshot for the loop and its transcript: read apart, a decision's commit could
     # land between them (a pending approval shown beside a loop still `running`).
@@ -210,7 +214,12 @@ async def _live_context(state: AppState, loop: Loop) -> dict[str, Any]:
         rows = await messages.list_(conn, loop_id=loop.id, include_hidden=True)
         calls = await tool_calls.list_for_loop(conn, loop_id=loop.id)
         queued = await jobs.list_for_loop(conn, loop_id=loop.id)
+        reclaims = await events.list_named(conn, loop_id=loop.id, names=RECLAIMS)
     items, pending = transcript(rows, calls)
+    reclaimed: dict[int, list[Event]] = {}
+    for e in reclaims:
+        if e.tool_call_id is not None:
+            reclaimed.setdefault(e.tool_call_id, []).append(e)
     agent_cls = state.registry.get(loop.agent) if loop.agent in state.registry else None
     return {
         "lp": loop,
@@ -219,6 +228,8 @@ async def _live_context(state: AppState, loop: Loop) -> dict[str, Any]:
         "items": items,
         "pending": pending,
         "jobs": queued,
+        "reclaims": reclaims,
+        "reclaimed": reclaimed,
         "active": loop.status in ACTIVE,
         "resumable": loop.status in DEFAULT_RESUME_FROM,
         "can_continue": loop.status not in ACTIVE,
@@ -271,12 +282,15 @@ async def loop_fragment(request: Request, loop_id: str) -> Response:
 
 @router.get("/loops/{loop_id}/stream", include_in_schema=False)
 async def loop_stream(request: Request, loop_id: str) -> Response:
-    """SSE for the loop page; opening it turns `observed` on, as the API's stream does."""
+    """SSE for the loop page; opening it turns `observed` on for a loop that is not at
+    rest, as the API's stream does. Viewing a finished or observed loop writes nothing."""
     state = _state(request)
     ident = parse_uuid(loop_id)
-    if ident is None or await _get_loop(state, ident) is None:
+    loop = await _get_loop(state, ident) if ident is not None else None
+    if ident is None or loop is None:
         return render.not_found(request, f"No loop {loop_id!r}.")
-    await state.lifecycle.observe(ident, True)
+    if not loop.observed and loop.status in ACTIVE:
+        await state.lifecycle.observe(ident, True)
     hub: live.Hub = request.app.state.admin_hub
     return StreamingResponse(
         live.frames(hub, ident),

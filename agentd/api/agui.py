@@ -518,7 +518,13 @@ async def stream(request: Request, loop_id: UUID, last_event_id: str | None) -> 
     hub: StreamHub = request.app.state.stream_hub
     sub = await hub.subscribe(loop_id)
     try:
-        loop = await state.lifecycle.observe(loop_id, True)
+        # As the agentd stream: read after LISTEN is up; write only to turn observing on.
+        async with connection(state.pool) as conn:
+            loop = await loops.get(conn, loop_id=loop_id)
+        if loop is None:
+            raise LoopNotFound(f"no loop {loop_id}")
+        if not loop.observed and loop.status not in END:
+            loop = await state.lifecycle.observe(loop_id, True)
     except BaseException:
         await hub.unsubscribe(sub)
         raise

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, routing
+from fastapi import APIRouter, Depends, FastAPI, Request, routing
 from fastapi._compat import ModelField
 from fastapi.dependencies.models import Dependant
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.security import HTTPBearer
 from pydantic import TypeAdapter
 from starlette.routing import BaseRoute
 
 from agentd import __about__, admin
+from agentd.admin import auth as admin_auth
+from agentd.admin import render as admin_render
 from agentd.api import (
     auth,
     body_limit,
     headers,
     health,
+    json_body,
     methods,
     metrics,
     problems,
@@ -35,7 +39,12 @@ DESCRIPTION = """Control plane of agentd: durable AI agent loops on PostgreSQL.
 Every route except `/healthz` and `/readyz` needs `Authorization: Bearer <token>`: the
 operator token (`AGENTD_API_TOKEN`) for anything, a read token (`AGENTD_READ_TOKENS`) for
 GETs only. Errors are `application/problem+json`. See docs/api.md.
+
+In a browser logged in to the admin UI, this page is also at `/admin/docs`; use
+**Authorize** with a token to try requests.
 """
+
+_bearer = HTTPBearer(auto_error=False)
 
 
 def create_app(state: AppState) -> FastAPI:
@@ -68,10 +77,15 @@ def create_app(state: AppState) -> FastAPI:
     app.include_router(v1)
     _add_docs(app)
 
+    @app.get("/", include_in_schema=False)
+    async def root() -> RedirectResponse:
+        return RedirectResponse("/admin", status_code=307)
+
     mounts.mount_all(app, state)
     admin.mount(app, state)  # its own cookie+CSRF auth; enumerated by test_auth.py too
 
     # Outermost last: CatchAll's 500s and MethodRouting's 405s get the security headers.
+    app.add_middleware(json_body.JsonBody)
     app.add_middleware(body_limit.BodyLimit, limit=state.settings.max_body_bytes)
     app.add_middleware(problems.CatchAll, outages=outages)
     app.add_middleware(methods.MethodRouting, router=app.router)
@@ -93,9 +107,24 @@ def _add_docs(app: FastAPI) -> None:
     async def openapi_json() -> JSONResponse:
         return JSONResponse(app.openapi())
 
-    @app.get("/docs", include_in_schema=False, dependencies=[Depends(auth.require_token)])
-    async def docs() -> HTMLResponse:
+    @app.get("/docs", include_in_schema=False)
+    async def docs(request: Request) -> Response:
+        if "authorization" not in request.headers and admin_render.wants_html(request):
+            # A browser sends no bearer token: the admin session's copy of the page.
+            return RedirectResponse("/admin/docs", status_code=303)
+        await auth.require_token(request, await _bearer(request))
         return get_swagger_ui_html(openapi_url="/openapi.json", title="agentd API")
+
+    # The same, behind the admin UI's session (its cookie lives under /admin).
+    session = [Depends(admin_auth.require_session)]
+
+    @app.get("/admin/openapi.json", include_in_schema=False, dependencies=session)
+    async def admin_openapi_json() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/admin/docs", include_in_schema=False, dependencies=session)
+    async def admin_docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/admin/openapi.json", title="agentd API")
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

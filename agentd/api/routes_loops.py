@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Query, Request, Response
+from fastapi import APIRouter, Body, Header, Query, Request, Response
 
-from agentd.api import pagination, problems
+from agentd.api import idempotency, pagination, problems
 from agentd.api.schemas import (
     AppendMessage,
     AtMessage,
@@ -25,7 +25,7 @@ from agentd.api.schemas import (
     render_messages,
 )
 from agentd.api.state import AppState
-from agentd.db.pool import connection
+from agentd.db.pool import Connection, connection, transaction
 from agentd.engine.states import LoopStatus
 from agentd.errors import LoopNotFound
 from agentd.llm import prices
@@ -40,7 +40,7 @@ _CHANGE = problems.responses(400, 401, 403, 404, 409, 413, 422)
 
 
 def app_state(request: Request) -> AppState:
-    return request.app.state.agentd  # type: ignore[no-any-return]
+    return request.app.state.agentd
 
 
 async def _get(state: AppState, loop_id: UUID) -> Loop:
@@ -55,9 +55,24 @@ async def _get(state: AppState, loop_id: UUID) -> Loop:
     "",
     status_code=201,
     summary="Start a loop",
-    responses=problems.responses(400, 401, 403, 413, 422),
+    responses=problems.responses(400, 401, 403, 404, 413, 422),
 )
-async def start_loop(body: StartLoop, request: Request, response: Response) -> LoopOut:
+async def start_loop(
+    body: StartLoop,
+    request: Request,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias=idempotency.HEADER,
+            pattern=idempotency.KEY_PATTERN,
+            description="Retrying with the same key and body answers with the loop the "
+            "first request started (`Idempotent-Replayed: true`) instead of starting "
+            "another; another body with the key is a 422. Kept for "
+            "AGENTD_IDEMPOTENCY_KEY_RETENTION (24 h by default).",
+        ),
+    ] = None,
+) -> LoopOut:
     """Create a loop for `agent` with a first user message; a worker picks it up."""
     state = app_state(request)
     loop_state = body.state
@@ -65,14 +80,28 @@ async def start_loop(body: StartLoop, request: Request, response: Response) -> L
         loop_state = {**(loop_state or {}), "max_tokens_total": body.max_tokens_total}
     if body.max_cost is not None:  # a string in state: JSON numbers are floats to many readers
         loop_state = {**(loop_state or {}), "max_cost": prices.money(body.max_cost)}
-    loop = await state.lifecycle.start(
-        agent=body.agent,
-        message=body.message,
-        subject=body.subject,
-        state=loop_state,
-        concurrency_key=body.concurrency_key,
-        concurrency_limit=body.concurrency_limit,
-    )
+
+    async def start(conn: Connection) -> Loop:
+        return await state.lifecycle.start_in(
+            conn,
+            agent=body.agent,
+            message=body.message,
+            subject=body.subject,
+            state=loop_state,
+            observe=body.observe,
+            concurrency_key=body.concurrency_key,
+            concurrency_limit=body.concurrency_limit,
+        )
+
+    if idempotency_key is None:
+        async with transaction(state.pool) as conn:
+            loop = await start(conn)
+    else:
+        loop, replayed = await idempotency.start_once(
+            state, key=idempotency_key, body=body.model_dump(mode="json"), start=start
+        )
+        if replayed:
+            response.headers["Idempotent-Replayed"] = "true"
     response.headers["Location"] = f"/v1/loops/{loop.id}"
     return LoopOut.of(loop)
 

@@ -42,6 +42,12 @@ class StartLoop(_In):
         None, max_length=1000, description="Who or what the loop is about (the MCP principal)."
     )
     state: JsonObject | None = Field(None, description="A JSON object the agent can read.")
+    observe: Bool = Field(
+        True,
+        description="Publish live deltas from the first turn on, so a client that opens "
+        "`/stream` right after starting sees every token (`false`: a turn streams deltas "
+        "once someone subscribes).",
+    )
     max_tokens_total: Int | None = Field(
         None,
         ge=1,

@@ -306,7 +306,9 @@ async def stream(
         Query(description="`ag-ui`: the same stream as AG-UI events (docs/api.md)."),
     ] = "agentd",
 ) -> Response:
-    """Turns on `observed` for the loop; ends when it completes, fails, stops or pauses."""
+    """Turns on `observed` for a loop that is not at rest (a turn in flight starts publishing
+    deltas); ends when it completes, fails, stops or pauses. Writes nothing to a loop that
+    is already observed or at rest."""
     if protocol == "ag-ui":
         from agentd.api import agui  # it imports this module
 
@@ -319,7 +321,13 @@ async def stream(
     hub: StreamHub = request.app.state.stream_hub
     sub = await hub.subscribe(loop_id)
     try:
-        loop = await state.lifecycle.observe(loop_id, True)
+        # Read after LISTEN is up, so no change between the two is missed.
+        async with connection(state.pool) as conn:
+            loop = await loops.get(conn, loop_id=loop_id)
+        if loop is None:
+            raise LoopNotFound(f"no loop {loop_id}")
+        if not loop.observed and loop.status not in END:
+            loop = await state.lifecycle.observe(loop_id, True)
     except BaseException:
         await hub.unsubscribe(sub)
         raise

@@ -1,9 +1,11 @@
-"""Janitor: opt-in retention of events and inbound MCP sessions, in batches.
+"""Janitor: opt-in retention of events and inbound MCP sessions, and the expiry of loop
+idempotency keys, in batches.
 
 Guarantee: deletes in batches of `janitor_batch_size` (no long lock); inbound sessions go
-by creation age and take their events with them even when event retention is unset.
+by creation age and take their events with them even when event retention is unset;
+idempotency keys go once past `idempotency_key_retention` (they answer for nothing then).
 Tolerates: several janitors at once (deletes are idempotent).
-Never: deletes anything when both retentions are unset.
+Never: deletes events or sessions when both retentions are unset.
 Called by: engine.service (every `janitor_interval`), `agentd prune`.
 """
 
@@ -17,7 +19,7 @@ from agentd import logs
 from agentd.db.pool import DB_ERRORS, Pool, transaction
 from agentd.engine.ticks import Signal, ticks
 from agentd.settings import Settings
-from agentd.store import events, mcp, workers
+from agentd.store import events, idempotency_keys, mcp, workers
 
 log = logs.get("agentd.janitor")
 
@@ -26,6 +28,7 @@ log = logs.get("agentd.janitor")
 class PruneReport:
     events: int = 0
     inbound_sessions: int = 0
+    idempotency_keys: int = 0
 
     def as_log(self) -> dict[str, int]:
         return asdict(self)
@@ -57,6 +60,13 @@ class Janitor:
                 report.events += n
                 if n < s.janitor_batch_size:
                     break
+        cutoff = now - s.idempotency_key_retention
+        while True:
+            async with transaction(self.pool) as conn:
+                n = await idempotency_keys.prune(conn, cutoff=cutoff, batch=s.janitor_batch_size)
+            report.idempotency_keys += n
+            if n < s.janitor_batch_size:
+                break
         async with transaction(self.pool) as conn:
             await workers.record_maintenance(conn, name="janitor", report=report.as_log())
         return report
@@ -68,6 +78,6 @@ class Janitor:
             except DB_ERRORS as exc:
                 log.warning("janitor.failed", error=str(exc))
                 continue
-            if report.events or report.inbound_sessions:
+            if report.events or report.inbound_sessions or report.idempotency_keys:
                 log.info("janitor.pruned", **report.as_log())
             self.pruned.fire()

@@ -7,7 +7,9 @@ continuations (all calls answered, no next turn), (4) loops queued too long or w
 job, (5) orphaned `processing` shells, (6) approval deadlines.
 Guarantee: each case is one statement that re-checks its condition under row locks taken
 with SKIP LOCKED, rotates the generation and enqueues in the same transaction, so racing
-reapers resolve to one and a stale worker can never write afterwards.
+reapers resolve to one and a stale worker can never write afterwards. Every reclaimed turn
+and tool call gets a `turn.reclaimed` / `tool_call.reclaimed` event in that transaction,
+naming why (so the admin UI and the events API show crash recovery).
 Tolerates: any number of reapers at once, including `agentd reap` beside daemons.
 Never: touches paused, frozen or terminal loops, or calls awaiting a person.
 Called by: engine.service (liveness every `liveness_interval`, sweep every
@@ -18,12 +20,15 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from agentd import logs
 from agentd.db.pool import DB_ERRORS, Pool, transaction
+from agentd.engine.states import TransitionReason
 from agentd.engine.ticks import Signal, ticks
 from agentd.settings import Settings
-from agentd.store import jobs, loops, messages, tool_calls, workers
+from agentd.store import events, jobs, loops, messages, tool_calls, workers
+from agentd.store.models import NewEvent
 
 log = logs.get("agentd.reaper")
 
@@ -77,6 +82,8 @@ class Reaper:
                     report.dead_worker_tool_calls += 1
                 else:
                     report.stalled_tool_calls += 1
+            if expired or stalled:
+                await events.insert_many(conn, _reclaimed(expired, stalled))
             if dead:
                 await workers.delete_many(conn, ids=dead)
                 report.dead_workers = len(dead)
@@ -142,3 +149,43 @@ class Reaper:
             if report:
                 log.info("reaper.swept", **report.as_log())
             self.swept.fire()
+
+
+_WHY = {
+    TransitionReason.REAPED_WORKER_DEAD: "its worker died",
+    TransitionReason.REAPED_LEASE_EXPIRED: "its lease expired",
+    TransitionReason.REAPED_JOB_LOST: "it had neither a lease nor a job",
+}
+
+
+def _reclaimed(expired: list[Any], stalled: list[Any]) -> list[NewEvent]:
+    out = []
+    for row in expired:
+        reason = TransitionReason(row["status_reason"])
+        out.append(
+            NewEvent(
+                name="turn.reclaimed",
+                loop_id=row["id"],
+                reason=reason,
+                log=f"LLM turn reclaimed: {_WHY[reason]}; queued again under a new "
+                "generation (the old worker can write nothing)",
+            )
+        )
+    for row in stalled:
+        if row["dead_worker"]:
+            reason = TransitionReason.REAPED_WORKER_DEAD
+        elif row["was_leased"]:
+            reason = TransitionReason.REAPED_LEASE_EXPIRED
+        else:
+            reason = TransitionReason.REAPED_JOB_LOST
+        out.append(
+            NewEvent(
+                name="tool_call.reclaimed",
+                loop_id=row["loop_id"],
+                tool_call_id=row["id"],
+                reason=reason,
+                log=f"tool call {row['id']} reclaimed: {_WHY[reason]}; queued again with "
+                f"the same idempotency key (agentd:tool_call:{row['id']})",
+            )
+        )
+    return out

@@ -78,5 +78,6 @@ class TransitionReason(StrEnum):
     INPUT_ANSWERED = "input_answered"
     REAPED_LEASE_EXPIRED = "reaped_lease_expired"
     REAPED_WORKER_DEAD = "reaped_worker_dead"
+    REAPED_JOB_LOST = "reaped_job_lost"
     RELEASED_ON_SHUTDOWN = "released_on_shutdown"
     UNFROZEN = "unfrozen"

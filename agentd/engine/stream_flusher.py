@@ -4,7 +4,9 @@ Guarantee: each tick writes the latest partial of every streaming shell of this 
 one batched UPDATE (fenced by each turn's execution token) and publishes the deltas of
 observed loops in one statement, so hundreds of concurrent streams cost one round trip per
 `stream_flush_interval` instead of one transaction per chunk — and a stream never waits on
-the pool to read its next chunk.
+the pool to read its next chunk. The UPDATE also answers each loop's `observed` flag: a
+turn whose loop becomes observed mid-flight (someone opened its stream) publishes from the
+next tick on, starting with one delta that holds the text so far.
 Tolerates: a database outage (partials are best-effort; the canonical answer is written by
 ResponseParsing), shells closing between ticks.
 Never: makes a partial visible (shells stay hidden until their turn commits).
@@ -75,18 +77,25 @@ class StreamFlusher:
         dirty = [(sid, s) for sid, s in self._shells.items() if s.dirty]
         if not dirty:
             return 0
-        payloads = [_delta(sid, s) for sid, s in dirty if s.observed and s.pending]
         ids = [sid for sid, _ in dirty]
         contents = ["".join(s.content) for _, s in dirty]
         reasonings = ["".join(s.reasoning) or None for _, s in dirty]
         tokens = [s.token for _, s in dirty]
         for _, s in dirty:
             s.dirty = False
-            s.pending.clear()
         async with transaction(self.pool) as conn:
-            await messages.update_partial_many(
+            observed = await messages.update_partial_many(
                 conn, ids=ids, contents=contents, reasonings=reasonings, tokens=tokens
             )
+            payloads = []
+            for sid, s in dirty:
+                if not s.observed and observed.get(sid):
+                    # Someone subscribed mid-turn: the first delta carries the text so far.
+                    s.observed = True
+                    s.pending = list(s.content)
+                if s.observed and s.pending:
+                    payloads.append(_delta(sid, s))
+                s.pending.clear()
             await events.publish_many(conn, payloads)
         return len(dirty)
 
@@ -101,8 +110,13 @@ class StreamFlusher:
 def _delta(shell_id: int, shell: _Shell) -> str:
     text = "".join(shell.pending)
     shell.pending.clear()
+    payload: dict[str, object] = {
+        "type": "delta",
+        "loop_id": str(shell.loop_id),
+        "message_id": shell_id,
+        "delta": text,
+    }
     if len(text.encode()) > 7000:  # NOTIFY payloads stop at 8000 bytes
-        text = text[-2000:]
-    return json.dumps(
-        {"type": "delta", "loop_id": str(shell.loop_id), "message_id": shell_id, "delta": text}
-    )
+        payload["delta"] = text[-2000:]
+        payload["truncated"] = True  # the committed message carries the whole text
+    return json.dumps(payload)

@@ -56,6 +56,13 @@ async def list_(
     ]
 
 
+async def list_named(
+    conn: Connection, *, loop_id: UUID, names: Sequence[str], limit: int = 200
+) -> list[Event]:
+    rows = await conn.fetch(sql("event_list_named"), loop_id, list(names), limit)
+    return [Event.from_record(r) for r in rows]
+
+
 async def prune(conn: Connection, *, cutoff: datetime, batch: int) -> int:
     return int(await conn.fetchval(sql("event_prune"), cutoff, batch))
 

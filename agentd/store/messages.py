@@ -171,8 +171,10 @@ async def update_partial_many(
     contents: list[str],
     reasonings: list[str | None],
     tokens: list[UUID],
-) -> None:
-    await conn.execute(sql("message_update_partial_many"), ids, contents, reasonings, tokens)
+) -> dict[int, bool]:
+    """Write the partials still fenced; {shell id: its loop is observed} for those written."""
+    rows = await conn.fetch(sql("message_update_partial_many"), ids, contents, reasonings, tokens)
+    return {int(r["id"]): bool(r["observed"]) for r in rows}
 
 
 async def cost_by_model(

@@ -63,10 +63,19 @@ async def test_async_client_drives_a_loop_end_to_end(up: AgentdUp, fake: FakeLLM
     script(fake)
     async with AsyncClient(up.base_url, up.token) as agentd:
         assert [a["name"] for a in await agentd.agents()] == ["calc"]
+        key = str(uuid.uuid4())
         loop = await agentd.start(
-            "calc", "add please", state={"llm": fake.base_url}, idempotency_key=str(uuid.uuid4())
+            "calc", "add please", state={"llm": fake.base_url}, idempotency_key=key
         )
         assert loop.agent == "calc" and loop.status in ("queued", "running")
+        # A retry with the key is the same loop; the key with another body is refused.
+        retried = await agentd.start(
+            "calc", "add please", state={"llm": fake.base_url}, idempotency_key=key
+        )
+        assert retried.id == loop.id
+        with pytest.raises(errors.BadRequest) as reused:
+            await agentd.start("calc", "something else", idempotency_key=key)
+        assert reused.value.problem_type == "idempotency-key-reused"
         events = [e async for e in agentd.stream(loop.id)]
         assert events[-1].event == "status" and events[-1].data["status"] == "completed"
         msgs = await agentd.messages(loop.id)
@@ -167,3 +176,18 @@ async def test_sync_client_streams_and_raises_typed_errors(up: AgentdUp, fake: F
     events, roles = await asyncio.to_thread(drive)  # the fake model answers on this loop
     assert events[-1].data["status"] == "completed"
     assert roles[-1] == "assistant" and len(roles) == 6
+
+
+async def test_a_loop_started_with_the_client_streams_tokens_from_its_first_turn(
+    up: AgentdUp, fake: FakeLLM
+) -> None:
+    answer = "Streaming from the very first token: " + " ".join(str(i) for i in range(40))
+    fake.add(Rule(match=None, reply=Reply(content=answer, chunk_size=5, chunk_delay=0.02)))
+    async with AsyncClient(up.base_url, up.token) as agentd:
+        loop = await agentd.start("calc", "count", state={"llm": fake.base_url, "stream": True})
+        events = [e async for e in agentd.stream(loop.id)]
+    (final,) = [e.message for e in events if e.event == "message"]
+    assert final is not None and final.content == answer
+    text = "".join(e.delta for e in events if e.event == "delta")
+    assert len([e for e in events if e.event == "delta"]) >= 2
+    assert text and answer.startswith(text) and text.startswith("Streaming")

@@ -155,6 +155,16 @@ async def test_sigkill_mid_tool_reruns_the_call_once_with_the_same_idempotency_k
     assert (first["pid"], second["pid"]) == (a.pid, b.pid)
     rows = await all_messages(pool, loop.id)
     assert [m.content for m in rows if m.role == "tool"] == ["5"]
+    # The reclaim is on record, naming the call and why.
+    call_id = int(first["key"].rsplit(":", 1)[1])
+    reclaims = await pool.fetch(
+        "SELECT reason, tool_call_id FROM events WHERE loop_id = $1 AND name = $2",
+        loop.id,
+        "tool_call.reclaimed",
+    )
+    (reclaim,) = reclaims
+    assert reclaim["tool_call_id"] == call_id
+    assert reclaim["reason"] in ("reaped_worker_dead", "reaped_lease_expired")
 
 
 async def test_sigkill_between_checkpoint_and_continuation_replays_without_rerunning(

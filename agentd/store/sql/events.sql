@@ -12,6 +12,12 @@ SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[],
 -- $1 loop_id uuid · $2 after_id bigint · $3 limit int
 SELECT * FROM events WHERE loop_id = $1 AND id > $2 ORDER BY id LIMIT $3;
 
+-- name: event_list_named :many
+-- Admin loop page: the loop's events of the given names (e.g. the reaper's reclaims), via
+-- events_loop; no fence.
+-- $1 loop_id uuid · $2 names text[] · $3 limit int
+SELECT * FROM events WHERE loop_id = $1 AND name = ANY($2::text[]) ORDER BY id LIMIT $3;
+
 -- name: event_prune :val
 -- Janitor; one batch of events older than the cutoff.
 -- $1 cutoff timestamptz · $2 batch int

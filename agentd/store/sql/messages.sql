@@ -166,14 +166,16 @@ SET summary_through = (SELECT max(c.id) FROM messages c
                        WHERE c.loop_id = $1 AND c.forked_from_message_id <= s.summary_through)
 WHERE s.loop_id = $1 AND s.summary_through IS NOT NULL;
 
--- name: message_update_partial_many :exec
+-- name: message_update_partial_many :many
 -- StreamFlusher, one statement per tick for every streaming shell of the process; fence:
--- still processing under the turn's token.
+-- still processing under the turn's token. Answers each written shell's loop `observed`
+-- flag (read, not locked), so a turn started unobserved publishes once someone subscribes.
 -- $1 ids bigint[] · $2 contents text[] · $3 reasonings text[] · $4 tokens uuid[]
 UPDATE messages AS m
 SET content = x.c, reasoning = x.r, updated_at = now()
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::uuid[]) AS x(id, c, r, tok)
-WHERE m.id = x.id AND m.status = 'processing' AND m.execution_token = x.tok;
+WHERE m.id = x.id AND m.status = 'processing' AND m.execution_token = x.tok
+RETURNING m.id, (SELECT l.observed FROM loops AS l WHERE l.id = m.loop_id) AS observed;
 
 -- name: message_cost_by_model :many
 -- API /v1/costs: per agent and model, the cost of the model calls (assistant messages and

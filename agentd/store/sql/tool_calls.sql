@@ -68,11 +68,13 @@ RETURNING *;
 
 -- name: tool_call_park :one
 -- ApprovalGate: park the call for a human decision and drop its lease (nothing to reap).
+-- The claim that parks it ran nothing, so it gives its attempt back: `attempts` counts the
+-- claims that could have invoked the tool (an approved call run once shows 1).
 -- $1 id bigint · $2 lease_token uuid · $3 deadline timestamptz|null
 UPDATE tool_calls
 SET status = 'waiting', approval_required = true, approval_status = 'pending',
     approval_deadline = $3, lease_token = NULL, leased_until = NULL,
-    lease_worker_id = NULL, updated_at = now()
+    lease_worker_id = NULL, attempts = greatest(attempts - 1, 0), updated_at = now()
 WHERE id = $1 AND lease_token = $2 AND response_message_id IS NULL
 RETURNING *;
 
@@ -146,7 +148,7 @@ WITH r AS (
     INSERT INTO jobs (queue, kind, loop_id, tool_call_id, generation, lease_seconds)
     SELECT 'tool', 'tool_call', loop_id, id, execution_token, NULL FROM u
 )
-SELECT id, was_leased, dead_worker FROM u;
+SELECT id, loop_id, was_leased, dead_worker FROM u;
 
 -- name: tool_call_expire_approvals :many
 -- Reaper: pending decisions past their deadline are denied as expired and re-enqueued so

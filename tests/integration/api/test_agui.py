@@ -144,6 +144,7 @@ async def test_agui_stream_of_a_loop_with_text_and_a_tool_call(
             "agent": "calc",
             "message": "add 1 and 2",
             "state": {"llm": fake_llm.base_url, "stream": True, "tone": "dry"},
+            "observe": False,  # so that `observed` below says the stream is connected
         },
     )
     lid = r.json()["id"]
@@ -267,7 +268,7 @@ async def test_agui_run_of_a_stopped_loop_is_cancelled_and_a_failed_one_an_error
     settings: Settings,
     fake_llm: FakeLLM,
 ) -> None:
-    r = await live.post("/v1/loops", json={"agent": "calc", "message": "hi"})
+    r = await live.post("/v1/loops", json={"agent": "calc", "message": "hi", "observe": False})
     lid = r.json()["id"]
     reader = asyncio.create_task(read_agui(live, lid))
 

@@ -18,6 +18,7 @@ ADMIN_PUBLIC = {
     ("POST", "/admin/login"),
     ("POST", "/admin/logout"),
     ("GET", "/admin/static/"),
+    ("GET", "/"),  # a redirect to /admin, which asks for a session
 }
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from agentd.testing.engine import eventually
+from agentd.db.pool import Pool
+from agentd.registry import AgentRegistry
+from agentd.testing.engine import eventually, running_engine
 from agentd.testing.fake_llm import FakeLLM, Reply, Rule, ToolCall
 
 TOKEN = "operator-token-for-tests"
@@ -103,6 +106,7 @@ async def test_stream_follows_a_loop_run_by_a_worker_in_another_process(
                 "agent": "calc",
                 "message": "add 1 and 2",
                 "state": {"llm": fake_llm.base_url, "stream": True},
+                "observe": False,  # so that `observed` below says the stream is connected
             },
         )
         lid = r.json()["id"]
@@ -165,7 +169,6 @@ async def test_stream_of_a_paused_loop_sends_its_status_and_ends(
     r = await client.get(f"/v1/loops/{lid}/stream")
     assert r.status_code == 200
     assert "event: status" in r.text and '"status": "paused"' in r.text
-    assert (await client.get(f"/v1/loops/{lid}")).json()["observed"] is True
 
 
 async def test_stream_ends_when_the_loop_is_stopped_over_rest(
@@ -189,3 +192,103 @@ async def test_stream_ends_when_the_loop_is_stopped_over_rest(
     assert '"status": "queued"' in frames[0] or '"status": "stopped"' in frames[0]
     assert '"status": "stopped"' in frames[-1] and "stopped_by_user" in frames[-1]
     assert app.state.stream_hub.subscribers() == 0
+
+
+LONG = "Counting slowly so the stream has time to open: " + " ".join(str(i) for i in range(60))
+
+
+def slow_answer(fake: FakeLLM) -> None:
+    fake.add(
+        Rule(
+            match=lambda last: last.role == "user",
+            reply=Reply(content=LONG, chunk_size=4, chunk_delay=0.04),
+        )
+    )
+
+
+async def start(client: httpx.AsyncClient, fake: FakeLLM, **kw: object) -> str:
+    body = {"agent": "calc", "message": "count", "state": {"llm": fake.base_url, "stream": True}}
+    r = await client.post("/v1/loops", json={**body, **kw})
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+def deltas_of(events: list[dict]) -> tuple[list[str], str]:  # type: ignore[type-arg]
+    final = next(e["data"] for e in events if e["event"] == "message")
+    parts = [
+        e["data"]["delta"]
+        for e in events
+        if e["event"] == "delta" and e["data"]["message_id"] == final["id"]
+    ]
+    return parts, final["content"]
+
+
+async def test_a_loop_started_over_rest_streams_its_first_turn_from_the_first_token(
+    app: FastAPI,
+    live_server,
+    fake_llm: FakeLLM,
+    pool: Pool,
+    database_url: str,
+    registry: AgentRegistry,
+) -> None:  # type: ignore[no-untyped-def]
+    slow_answer(fake_llm)
+    async with (
+        live_server(app) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=AUTH, timeout=30) as client,
+    ):
+        lid = await start(client, fake_llm)  # observe defaults to true
+        assert (await client.get(f"/v1/loops/{lid}")).json()["observed"] is True
+        async with running_engine(pool, database_url, registry):
+            events = await read_events(client, lid)
+    parts, content = deltas_of(events)
+    assert content == LONG
+    assert len(parts) >= 2 and "".join(parts) == LONG[: len("".join(parts))]
+    assert "".join(parts).startswith("Counting")
+
+
+async def test_a_turn_in_flight_starts_publishing_when_a_subscriber_arrives(
+    app: FastAPI,
+    live_server,
+    fake_llm: FakeLLM,
+    pool: Pool,
+    database_url: str,
+    registry: AgentRegistry,
+) -> None:  # type: ignore[no-untyped-def]
+    slow_answer(fake_llm)
+    async with (
+        live_server(app) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=AUTH, timeout=30) as client,
+        running_engine(pool, database_url, registry),
+    ):
+        lid = await start(client, fake_llm, observe=False)
+
+        async def streaming_partial() -> bool:
+            text = await pool.fetchval(
+                "SELECT content FROM messages WHERE loop_id = $1 AND status = 'processing'",
+                uuid.UUID(lid),
+            )
+            return bool(text) and len(text) >= 8
+
+        await eventually(streaming_partial)  # the turn is mid-stream, unobserved
+        events = await read_events(client, lid)
+    parts, content = deltas_of(events)
+    assert content == LONG
+    # The first delta holds the text written before the stream opened, so the deltas
+    # spell the answer from its first character.
+    assert parts, [e["event"] for e in events]
+    assert len(parts[0]) >= 8 and LONG.startswith(parts[0])
+    assert "".join(parts) == LONG[: len("".join(parts))]
+
+
+async def test_opening_the_stream_of_a_finished_loop_writes_nothing(
+    client: httpx.AsyncClient, pool: Pool
+) -> None:
+    r = await client.post("/v1/loops", json={"agent": "calc", "message": "hi", "observe": False})
+    lid = r.json()["id"]
+    await client.post(f"/v1/loops/{lid}/stop")
+    before = (await client.get(f"/v1/loops/{lid}")).json()
+    r = await client.get(f"/v1/loops/{lid}/stream")
+    assert r.status_code == 200 and '"status": "stopped"' in r.text
+    after = (await client.get(f"/v1/loops/{lid}")).json()
+    assert after["observed"] is False
+    assert after["updated_at"] == before["updated_at"]

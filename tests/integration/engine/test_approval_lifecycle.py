@@ -94,6 +94,11 @@ async def test_approve_runs_the_tool_once_and_the_loop_completes(
     assert await tool_messages(pool, loop.id) == ["refunded 5"]
     (only,) = CALLS
     assert only == {"tool": "refund", "amount": 5, "key": f"agentd:tool_call:{call.id}"}
+    # Parking ran nothing: the call ran once, and says so.
+    assert call.attempts == 0
+    async with connection(pool) as conn:
+        done = await tool_calls.get(conn, tool_call_id=call.id)
+    assert done is not None and done.attempts == 1
 
 
 async def test_deny_gives_the_model_a_rejection_and_never_runs_the_tool(

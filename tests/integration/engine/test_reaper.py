@@ -7,7 +7,7 @@ import uuid
 
 from agentd.db.pool import Pool, connection, transaction
 from agentd.engine.reaper import Reaper, ReapReport
-from agentd.store import jobs, loops, messages, tool_calls
+from agentd.store import events, jobs, loops, messages, tool_calls
 from agentd.testing import factories
 from agentd.testing.engine import fast_settings
 
@@ -323,3 +323,51 @@ async def test_dead_worker_stays_known_until_every_row_it_held_is_reclaimed(pool
     second = await reaper(pool).liveness_once()
     assert second.dead_worker_turns == 1 and second.dead_workers == 1
     assert (await loop_of(pool, loop.id)).status == "queued"
+
+
+async def reclaim_events(
+    pool: Pool, loop_id: uuid.UUID
+) -> list[tuple[str, str | None, int | None]]:
+    async with connection(pool) as conn:
+        rows = await events.list_(conn, loop_id=loop_id)
+    return [(e.name, e.reason, e.tool_call_id) for e in rows if e.name.endswith(".reclaimed")]
+
+
+async def test_every_reclaim_is_an_event_naming_the_turn_or_call_and_why(pool: Pool) -> None:
+    async with transaction(pool) as conn:
+        dead = await factories.worker(conn, dead=True)
+        crashed = await factories.loop(conn, status="running", lease_in=600, worker_id=dead)
+        expired = await factories.loop(conn, status="running", lease_in=-1, worker_id=uuid.uuid4())
+        phase = await factories.loop(conn, status="running")
+        held = await factories.tool_call(
+            conn,
+            phase,
+            status="running",
+            lease_token=uuid.uuid4(),
+            leased_in=600,
+            lease_worker_id=dead,
+        )
+        lapsed = await factories.tool_call(
+            conn, phase, status="running", lease_token=uuid.uuid4(), leased_in=-1
+        )
+        lost = await factories.tool_call(conn, phase, updated_ago=60)
+        healthy = await factories.loop(conn, status="running", lease_in=600, worker_id=uuid.uuid4())
+    await reaper(pool).sweep_once()
+    assert await reclaim_events(pool, crashed.id) == [
+        ("turn.reclaimed", "reaped_worker_dead", None)
+    ]
+    assert await reclaim_events(pool, expired.id) == [
+        ("turn.reclaimed", "reaped_lease_expired", None)
+    ]
+    assert sorted(await reclaim_events(pool, phase.id), key=lambda e: e[2] or 0) == [
+        ("tool_call.reclaimed", "reaped_worker_dead", held.id),
+        ("tool_call.reclaimed", "reaped_lease_expired", lapsed.id),
+        ("tool_call.reclaimed", "reaped_job_lost", lost.id),
+    ]
+    async with connection(pool) as conn:
+        logs = [e.log or "" for e in await events.list_(conn, loop_id=phase.id)]
+    assert any(f"agentd:tool_call:{held.id}" in line for line in logs)
+    assert await reclaim_events(pool, healthy.id) == []
+    # Nothing left to reclaim, nothing more recorded.
+    await reaper(pool).sweep_once()
+    assert len(await reclaim_events(pool, phase.id)) == 3
