@@ -15,6 +15,7 @@ from starlette.routing import BaseRoute
 
 from agentd import __about__, admin
 from agentd.admin import auth as admin_auth
+from agentd.admin import forms as admin_forms
 from agentd.admin import render as admin_render
 from agentd.api import (
     auth,
@@ -116,7 +117,7 @@ def _add_docs(app: FastAPI) -> None:
         return get_swagger_ui_html(openapi_url="/openapi.json", title="agentd API")
 
     # The same, behind the admin UI's session (its cookie lives under /admin).
-    session = [Depends(admin_auth.require_session)]
+    session = [Depends(admin_auth.require_session), Depends(admin_forms.clean_input)]
 
     @app.get("/admin/openapi.json", include_in_schema=False, dependencies=session)
     async def admin_openapi_json() -> JSONResponse:
