@@ -7,7 +7,7 @@ from decimal import Decimal
 from typing import Annotated, Any, Generic, Literal, TypeVar
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, Strict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, Strict
 
 from agentd.api import hygiene
 from agentd.engine.states import LoopStatus
@@ -25,6 +25,21 @@ JsonObject = hygiene.JsonObject
 # The former names of the two checks, for callers that validate a body by hand.
 _clean_text = hygiene.check_text
 _clean_json = hygiene.check_json
+
+
+def _not_a_number(value: Any) -> Any:
+    # pydantic also reads a number ("0.5") as a unix timestamp; the schema says date-time
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        try:
+            float(value)
+        except ValueError:
+            return value
+        raise ValueError("must be an ISO 8601 date-time (like 2026-01-31T12:00:00Z)")
+    return value
+
+
+#: A date-time in a query parameter: ISO 8601 text only.
+IsoDatetime = Annotated[datetime, BeforeValidator(_not_a_number)]
 
 #: Booleans and integers are strict: `0` is not `false`, `true` is not `1`, `"5"` is not 5.
 Bool = Annotated[bool, Strict()]
