@@ -521,7 +521,8 @@ async def _prune(settings: Settings, args: argparse.Namespace) -> int:
         report = await Janitor(settings, pool).prune_once()
     print(
         f"agentd: pruned {report.events} event(s), {report.inbound_sessions} inbound MCP "
-        f"session(s), {report.idempotency_keys} expired idempotency key(s)"
+        f"session(s), {report.idempotency_keys} expired idempotency key(s), "
+        f"{report.wire_logs} wire log(s), {report.wire_parts} wire part(s)"
     )
     return 0
 

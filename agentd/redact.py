@@ -1,9 +1,26 @@
-"""Secret redaction for events, logs and the UI: bearer tokens, API keys, `key=` params."""
+"""Secret redaction for events, logs and the UI: bearer tokens, API keys, `key=` params.
+
+Two detectors: patterns (bearer tokens, `sk-…` / `AIza…` keys, `key=` params, Basic
+credentials) and the exact values agentd knows to be secret (provider keys, MCP tokens,
+the API's own tokens: `remember`). Both run on every form a stored text can be decoded
+from, not only on the raw text: JSON string escapes (`\\u0073k-…`, any subset of the
+characters, nested), percent-encoding, the values of one key concatenated across a body's
+SSE events (a key streamed back in two deltas), and base64 at any alignment (a known
+secret inside `Basic dXNlcjpzay0…`). A match in a decoded view masks the raw characters it
+was decoded from, so the rest of the text is stored as it was. See docs/security.md.
+
+Cheap on the hot path: every detector is gated by a substring test, and a decoded view is
+built only when the text holds an escape beyond the `\\n` / `\\"` every JSON body is full of.
+"""
 
 from __future__ import annotations
 
+import base64
+import bisect
 import re
-from typing import Any
+import string
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 MASK = "[REDACTED]"
 _SECRET_HEADERS = {
@@ -27,19 +44,324 @@ _SECRET_KEYS = {
     "refresh_token",
     "x-api-key",
     "x-goog-api-key",
-}
-_PATTERNS = [
-    (re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"), r"\1" + MASK),
-    (re.compile(r"(?i)([?&](?:key|api_key|apikey|token|access_token)=)[^&\s\"']+"), r"\1" + MASK),
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), MASK),
-    (re.compile(r"\bAIza[A-Za-z0-9_-]{20,}"), MASK),  # Google API keys, echoed in error bodies
+} | _SECRET_HEADERS
+
+# (needle that must occur, lower-cased text?, pattern whose group "s" — or whole match — is
+# the secret). The needle keeps the regex off texts that cannot match.
+_PATTERNS: list[tuple[str, bool, re.Pattern[str]]] = [
+    ("bearer", True, re.compile(r"(?i)bearer\s+(?P<s>[A-Za-z0-9._~+/=-]+)")),
+    ("basic", True, re.compile(r"(?i)\bbasic\s+(?P<s>[A-Za-z0-9+/_-]{6,}={0,2})")),
+    (
+        "=",
+        False,
+        re.compile(r"(?i)[?&](?:key|api_key|apikey|token|access_token)=(?P<s>[^&\s\"'\\]+)"),
+    ),
+    ("sk-", False, re.compile(r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_-]{8,}")),
+    ("AIza", False, re.compile(r"(?<![A-Za-z0-9])AIza[A-Za-z0-9_-]{20,}")),
 ]
+
+# Key shapes recognised inside base64 blobs too (an echoed `Basic`-less credential, a
+# header dumped encoded): the base64 of each prefix at its three alignments gates the work.
+_SHAPED = re.compile(r"sk-[A-Za-z0-9_-]{8,}|AIza[A-Za-z0-9_-]{20,}")  # any byte may precede
+_B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}")
+
+
+def _prefix_cores(prefix: str) -> tuple[str, ...]:
+    raw = prefix.encode()
+    out = []
+    for k in range(3):
+        enc = base64.b64encode(b"\0" * k + raw).decode()
+        out.append(enc[-(-8 * k // 6) : (8 * (k + len(raw))) // 6])
+    return tuple(out)
+
+
+_SHAPED_CORES = _prefix_cores("sk-") + _prefix_cores("AIza")
+
+# Every backslash escape is consumed left to right, as a JSON decoder does (so `\\\\u0073`
+# is a backslash and `u0073`, not an `s`).
+_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)|%([0-9a-fA-F]{2})", re.S)
+_B64 = frozenset(string.ascii_letters + string.digits + "+/=_-")
+_JSON_PAIR = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:\s*"((?:[^"\\]|\\.)*)"', re.S)
+_MAX_DEPTH = 3  # decoding passes: JSON inside JSON inside a percent-encoded parameter
+_MIN_SECRET = 8  # shorter values would mask ordinary words
+_MAX_KNOWN = 256
+
+# The exact secret values this process knows, each with the base64 cores that stand for it
+# at the three alignments. Process-wide by nature (like the environment it is read from):
+# the last-line scrub in store.events and the log processor have no other way to see them.
+# Replaced, never mutated, so a reader in another thread iterates a stable tuple.
+_known: dict[str, tuple[str, ...]] = {}
+_known_items: tuple[tuple[str, tuple[str, ...]], ...] = ()
+_pinned: frozenset[str] = frozenset()
+
+
+def remember(*values: str | None, pin: bool = False) -> None:
+    """Mask these exact values (and every encoding of them) wherever text is redacted.
+    `pin`: a configured secret (API tokens, env keys), never evicted by per-loop ones."""
+    global _known, _known_items, _pinned
+    fresh = [v for v in values if v and len(v) >= _MIN_SECRET and v not in _known]
+    if not fresh:
+        return
+    known = dict(_known)
+    for v in fresh:
+        known[v] = _b64_cores(v)
+    if pin:
+        _pinned = _pinned | set(fresh)
+    # Per-loop secrets (a key from a loop's state) must not grow this without bound.
+    for old in [k for k in known if k not in _pinned][: max(0, len(known) - _MAX_KNOWN)]:
+        del known[old]
+    _known, _known_items = known, tuple(known.items())
+
+
+def forget_all() -> None:
+    """Tests: start from no known secret."""
+    global _known, _known_items, _pinned
+    _known, _known_items, _pinned = {}, (), frozenset()
+
+
+def _b64_cores(secret: str) -> tuple[str, ...]:
+    """The base64 characters determined by the secret's bytes alone, at each alignment it
+    can start at inside a longer encoded blob, standard and URL-safe alphabets."""
+    raw = secret.encode()
+    cores: set[str] = set()
+    for k in range(3):
+        enc = base64.b64encode(b"\0" * k + raw).decode()
+        core = enc[-(-8 * k // 6) : (8 * (k + len(raw))) // 6]
+        if len(core) >= _MIN_SECRET:
+            cores.add(core)
+            cores.add(core.replace("+", "-").replace("/", "_"))
+    return tuple(sorted(cores))
+
+
+# --- views: a text some stored text decodes to, with the way back to its characters ------
+
+
+class _View(Protocol):
+    """A text derived from the raw one; `spans(a, b)` are the raw ranges [a, b) came from."""
+
+    text: str
+
+    def spans(self, a: int, b: int) -> list[tuple[int, int]]: ...
+
+
+class _Raw:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def spans(self, a: int, b: int) -> list[tuple[int, int]]:
+        return [(a, b)]
+
+
+class _Decoded:
+    """`parent` with escapes that decode to secret characters replaced by them."""
+
+    def __init__(
+        self, parent: _View, text: str, starts: list[int], origins: list[tuple[int, int, bool]]
+    ) -> None:
+        self.parent = parent
+        self.text = text
+        self._starts = starts  # decoded index where each segment begins
+        self._origins = origins  # (parent start, parent end, literal run?) per segment
+
+    def _parent_pos(self, i: int, end: bool) -> int:
+        k = bisect.bisect_right(self._starts, i) - 1
+        start, stop, literal = self._origins[k]
+        if literal:
+            return start + (i - self._starts[k]) + (1 if end else 0)
+        return stop if end else start
+
+    def spans(self, a: int, b: int) -> list[tuple[int, int]]:
+        return self.parent.spans(self._parent_pos(a, False), self._parent_pos(b - 1, True))
+
+
+class _Joined:
+    """Pieces of the raw text (one key's values across SSE events) read as one string."""
+
+    def __init__(self, pieces: list[tuple[int, int]], raw: str) -> None:
+        self._pieces = pieces
+        self._starts: list[int] = []
+        n = 0
+        for s, e in pieces:
+            self._starts.append(n)
+            n += e - s
+        self.text = "".join(raw[s:e] for s, e in pieces)
+
+    def spans(self, a: int, b: int) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        k = bisect.bisect_right(self._starts, a) - 1
+        while k < len(self._pieces) and self._starts[k] < b:
+            s, e = self._pieces[k]
+            lo = s + max(0, a - self._starts[k])
+            hi = s + min(e - s, b - self._starts[k])
+            if hi > lo:
+                out.append((lo, hi))
+            k += 1
+        return out
+
+
+_SIMPLE = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
+_PLAIN_ESCAPES = frozenset({*_SIMPLE, '"'})
+
+
+def _unescape(m: re.Match[str]) -> str:
+    esc, pct = m.groups()
+    if pct:
+        return chr(int(pct, 16))
+    if len(esc) == 5:
+        return chr(int(esc[1:], 16))
+    return _SIMPLE.get(esc, esc)
+
+
+def _decode(view: _View) -> _View | None:
+    """One decoding pass (JSON escapes and percent-encoding), or None when the text has only
+    the escapes every JSON body is full of (`\\n`, `\\"`): they cannot hide a secret."""
+    text = view.text
+    found = list(_ESCAPE.finditer(text))
+    if all(m.group(1) in _PLAIN_ESCAPES for m in found):
+        return None
+    starts: list[int] = []
+    origins: list[tuple[int, int, bool]] = []
+    parts: list[str] = []
+    n = pos = 0
+    for m in found:  # every escape decodes here (`\u0020` too: text around a key counts)
+        if m.start() > pos:
+            starts.append(n)
+            origins.append((pos, m.start(), True))
+            parts.append(text[pos : m.start()])
+            n += m.start() - pos
+        starts.append(n)
+        origins.append((m.start(), m.end(), False))
+        parts.append(_unescape(m))
+        n += 1
+        pos = m.end()
+    if pos < len(text):
+        starts.append(n)
+        origins.append((pos, len(text), True))
+        parts.append(text[pos:])
+    return _Decoded(view, "".join(parts), starts, origins)
+
+
+def _joined_views(raw: str) -> list[_View]:
+    """Per JSON key, its string values across the body concatenated (SSE deltas); a key
+    whose values are all alike (an id, a model name) reveals nothing joined."""
+    by_key: dict[str, list[tuple[int, int]]] = {}
+    for m in _JSON_PAIR.finditer(raw):
+        by_key.setdefault(m.group(1), []).append(m.span(2))
+    views: list[_View] = []
+    for pieces in by_key.values():
+        if len(pieces) > 1 and len({raw[s:e] for s, e in pieces}) > 1:
+            views.append(_Joined(pieces, raw))
+    return views
+
+
+def _views(value: str) -> Iterable[_View]:
+    bases: list[_View] = [_Raw(value)]
+    if "data:" in value and '"' in value:
+        bases.extend(_joined_views(value))
+    for base in bases:
+        view: _View | None = base
+        for _ in range(_MAX_DEPTH + 1):
+            if view is None:
+                break
+            yield view
+            view = _decode(view) if ("\\" in view.text or "%" in view.text) else None
+
+
+# --- detection ----------------------------------------------------------------------------
+
+
+def _found(text: str) -> list[tuple[int, int]]:
+    """Ranges of `text` that are, or encode, a secret."""
+    out: list[tuple[int, int]] = []
+    low: str | None = None
+    for needle, lower, pat in _PATTERNS:
+        if lower:
+            low = text.lower() if low is None else low
+            if needle not in low:
+                continue
+        elif needle not in text:
+            continue
+        for m in pat.finditer(text):
+            g = "s" if "s" in pat.groupindex else 0
+            if needle == "basic" and not _is_credentials(m.group(g)):
+                continue  # "basic validation failed" is prose, not a credential
+            out.append((m.start(g), m.end(g)))
+    if any(core in text for core in _SHAPED_CORES):
+        for m in _B64_RUN.finditer(text):
+            if _shaped_inside(m.group()):
+                out.append(m.span())
+    for secret, cores in _known_items:
+        _find_all(text, secret, out)
+        for core in cores:
+            for s, e in _find_all(text, core, []):
+                while s > 0 and text[s - 1] in _B64:  # the whole encoded token goes
+                    s -= 1
+                while e < len(text) and text[e] in _B64:
+                    e += 1
+                out.append((s, e))
+    return out
+
+
+def _shaped_inside(run: str) -> bool:
+    """Does this base64 run, decoded at any of its alignments, hold a key's shape?"""
+    if not any(core in run for core in _SHAPED_CORES):
+        return False
+    for drop in range(4):
+        tail = run[drop:].rstrip("=")
+        tail = tail[: len(tail) - len(tail) % 4] if len(tail) % 4 == 1 else tail
+        for alt in (None, b"-_"):
+            try:
+                raw = base64.b64decode(tail + "=" * (-len(tail) % 4), altchars=alt)
+            except ValueError:
+                continue
+            if _SHAPED.search(raw.decode("latin-1")):
+                return True
+    return False
+
+
+def _is_credentials(token: str) -> bool:
+    """Basic auth carries base64 of `user:password`."""
+    try:
+        raw = base64.b64decode(
+            token + "=" * (-len(token) % 4),
+            altchars=b"-_" if ("-" in token or "_" in token) else None,
+            validate=True,
+        )
+    except ValueError:
+        return False
+    return b":" in raw
+
+
+def _find_all(text: str, needle: str, out: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    i = text.find(needle)
+    while i >= 0:
+        out.append((i, i + len(needle)))
+        i = text.find(needle, i + 1)
+    return out
 
 
 def text(value: str) -> str:
-    for pat, repl in _PATTERNS:
-        value = pat.sub(repl, value)
-    return value
+    """`value` with every secret in it, in any form it decodes to, replaced by MASK."""
+    if not value:
+        return value
+    spans: list[tuple[int, int]] = []
+    for view in _views(value):
+        for a, b in _found(view.text):
+            if b > a:
+                spans.extend(view.spans(a, b))
+    if not spans:
+        return value
+    spans.sort()
+    out: list[str] = []
+    pos = 0
+    for s, e in spans:
+        if e <= pos and out:
+            continue  # inside (or touching) the span just masked
+        out.append(value[pos:s])
+        out.append(MASK)
+        pos = max(pos, e)
+    out.append(value[pos:])
+    return "".join(out)
 
 
 def headers(h: dict[str, str] | Any) -> dict[str, str]:
@@ -55,7 +377,7 @@ def scrub(value: Any, *, _depth: int = 0) -> Any:
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
-            secret = isinstance(k, str) and k.lower() in (_SECRET_KEYS | _SECRET_HEADERS)
+            secret = isinstance(k, str) and k.lower() in _SECRET_KEYS
             if secret and isinstance(v, str) and v:
                 out[k] = MASK
             else:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentd import logs
+from agentd import logs, redact
 from agentd.agent import Agent, LoopView
 from agentd.errors import ConfigError, UnknownAgent
 from agentd.settings import PriceConfig
@@ -45,6 +45,7 @@ class McpEntryConfig(BaseModel):
         data = self.model_dump(exclude={"api_token_env"}, exclude_none=True)
         if self.api_token_env:
             data["api_token"] = os.environ.get(self.api_token_env)
+            redact.remember(data["api_token"], pin=True)
         return data
 
 

@@ -212,6 +212,11 @@ class Settings(BaseSettings):
     mcp_inbound_session_retention: timedelta | None = Field(
         None, description="Prune inbound MCP sessions created earlier. Unset: keep."
     )
+    wire_log_retention: timedelta | None = Field(
+        timedelta(days=30),
+        description="Prune wire logs (llm.request, mcp.* events and their stored bodies) "
+        "older; messages and other events are kept. `off`: keep. At least PT2H.",
+    )
     idempotency_key_retention: timedelta = Field(
         timedelta(hours=24),
         gt=timedelta(0),
@@ -254,6 +259,21 @@ class Settings(BaseSettings):
     def _positive(cls, v: float, info: Any) -> float:
         if v <= 0:
             raise ValueError(f"{info.field_name} must be > 0 (got {v})")
+        return v
+
+    @field_validator("wire_log_retention", mode="before")
+    @classmethod
+    def _off(cls, v: Any) -> Any:
+        return None if isinstance(v, str) and v.strip().lower() in ("", "off", "none") else v
+
+    @field_validator("wire_log_retention")
+    @classmethod
+    def _long_enough(cls, v: timedelta | None) -> timedelta | None:
+        # A worker's wire-log hint lives an hour and a part stored again is touched after
+        # an hour (pipeline/wire.py, migrations/0010): a shorter retention could prune a
+        # part a new request is about to reference.
+        if v is not None and v < timedelta(hours=2):
+            raise ValueError("wire_log_retention must be at least PT2H (or off)")
         return v
 
     @field_validator("read_tokens", mode="before")
@@ -432,8 +452,9 @@ def reference_markdown() -> str:
             shown = "unset"
         elif isinstance(default, list):
             shown = ",".join(str(x) for x in default) or "(none)"
-        elif isinstance(default, timedelta):
-            shown = f"PT{default.total_seconds():g}S"  # ISO 8601, as the variable is written
+        elif isinstance(default, timedelta):  # ISO 8601, as the variable is written
+            whole_days = default.days and not default.seconds and not default.microseconds
+            shown = f"P{default.days}D" if whole_days else f"PT{default.total_seconds():g}S"
         else:
             shown = str(default)
         rows.append(f"| `AGENTD_{name.upper()}` | `{shown}` | {field.description or ''} |")

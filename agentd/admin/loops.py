@@ -17,10 +17,10 @@ from fastapi.responses import Response, StreamingResponse
 from agentd.admin import forms, live, render
 from agentd.api.state import AppState
 from agentd.db.pool import connection
-from agentd.engine import costs, tokens
+from agentd.engine import costs, loop_limits, tokens
 from agentd.engine.lifecycle import DEFAULT_RESUME_FROM
 from agentd.engine.states import ACTIVE, LoopStatus
-from agentd.errors import AgentdError
+from agentd.errors import AgentdError, BadRequest
 from agentd.store import events, jobs, loops, mcp, messages, tool_calls
 from agentd.store.models import Event, Loop, Message, ToolCall
 
@@ -225,6 +225,9 @@ async def _live_context(state: AppState, loop: Loop) -> dict[str, Any]:
         "lp": loop,
         "budget": tokens.budget(agent_cls, loop),
         "cost_budget": costs.budget(agent_cls, loop),
+        "step_limit": loop_limits.max_steps(agent_cls, loop),
+        # Paused by its own limits: resume offers raising them (a plain resume re-pauses).
+        "limit_paused": loop.status == LoopStatus.PAUSED and loop.status_reason in LIMIT_REASONS,
         "items": items,
         "pending": pending,
         "jobs": queued,
@@ -301,6 +304,19 @@ async def loop_stream(request: Request, loop_id: str) -> Response:
 
 # --- actions -------------------------------------------------------------------------------
 
+LIMIT_REASONS = ("max_steps_exceeded", "token_budget_exceeded")
+
+
+def _limit(form: Any, name: str) -> int | None:
+    """An optional positive whole number from the resume form (blank: unchanged)."""
+    raw = _field(form, name).replace(",", "").replace("_", "")
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1 or len(raw) > 13:
+        raise BadRequest(f"{name} must be a whole number of at least 1; got {raw[:40]!r}")
+    return int(raw)
+
+
 _DONE = {
     "pause": "Paused.",
     "resume": "Resumed.",
@@ -328,7 +344,12 @@ async def loop_action(request: Request, loop_id: str, action: str) -> Response:
         elif action == "resume":
             form = await request.form()
             wanted = [s.strip() for s in _field(form, "from").split(",") if s.strip()]
-            await lc.resume(ident, from_=wanted or None)
+            await lc.resume(
+                ident,
+                from_=wanted or None,
+                max_steps=_limit(form, "max_steps"),
+                max_tokens_total=_limit(form, "max_tokens_total"),
+            )
         elif action == "stop":
             await lc.stop(ident)
         elif action == "freeze":

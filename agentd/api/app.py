@@ -13,7 +13,7 @@ from fastapi.security import HTTPBearer
 from pydantic import TypeAdapter
 from starlette.routing import BaseRoute
 
-from agentd import __about__, admin
+from agentd import __about__, admin, redact
 from agentd.admin import auth as admin_auth
 from agentd.admin import forms as admin_forms
 from agentd.admin import render as admin_render
@@ -61,6 +61,9 @@ def create_app(state: AppState) -> FastAPI:
         redoc_url=None,
     )
     app.state.agentd = state
+    redact.remember(
+        state.api_token, *(t.get_secret_value() for t in state.settings.read_tokens), pin=True
+    )  # an echoed token is masked in events and logs, in any encoding
     app.state.stream_hub = streams.StreamHub(state.database_url)
     app.state.metrics = metrics.Metrics(state)
     outages = problems.install(app)

@@ -211,8 +211,16 @@ async def pause(loop_id: UUID, request: Request) -> LoopOut:
 async def resume(
     loop_id: UUID, request: Request, body: Annotated[Resume | None, Body()] = None
 ) -> LoopOut:
+    """Dispatch the loop again; `max_steps` / `max_tokens_total` raise its own limits first."""
     statuses = [str(s) for s in body.from_] if body and body.from_ is not None else None
-    return LoopOut.of(await app_state(request).lifecycle.resume(loop_id, from_=statuses))
+    return LoopOut.of(
+        await app_state(request).lifecycle.resume(
+            loop_id,
+            from_=statuses,
+            max_steps=body.max_steps if body else None,
+            max_tokens_total=body.max_tokens_total if body else None,
+        )
+    )
 
 
 @router.post("/{loop_id}/stop", summary="Stop", responses=_CHANGE)

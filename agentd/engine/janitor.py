@@ -1,17 +1,21 @@
-"""Janitor: opt-in retention of events and inbound MCP sessions, and the expiry of loop
-idempotency keys, in batches.
+"""Janitor: retention of wire logs (on by default), events and inbound MCP sessions
+(opt-in), and the expiry of loop idempotency keys, in batches.
 
 Guarantee: deletes in batches of `janitor_batch_size` (no long lock); inbound sessions go
-by creation age and take their events with them even when event retention is unset;
-idempotency keys go once past `idempotency_key_retention` (they answer for nothing then).
+by creation age and take their events with them even when event retention is unset; wire
+logs (`llm.request`, `mcp.*` events) go after `wire_log_retention` (30 days by default),
+then the stored request parts of loops whose newest part is that old — messages and every
+other event stay (docs/long-loops.md); idempotency keys go once past
+`idempotency_key_retention` (they answer for nothing then).
 Tolerates: several janitors at once (deletes are idempotent).
-Never: deletes events or sessions when both retentions are unset.
+Never: deletes events or sessions when every retention is unset; a message.
 Called by: engine.service (every `janitor_interval`), `agentd prune`.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
@@ -28,6 +32,8 @@ log = logs.get("agentd.janitor")
 class PruneReport:
     events: int = 0
     inbound_sessions: int = 0
+    wire_logs: int = 0
+    wire_parts: int = 0
     idempotency_keys: int = 0
 
     def as_log(self) -> dict[str, int]:
@@ -52,6 +58,10 @@ class Janitor:
                 report.inbound_sessions += n
                 if n < s.janitor_batch_size:
                     break
+        if s.wire_log_retention is not None:
+            cutoff = now - s.wire_log_retention
+            report.wire_logs += await self._batches(events.prune_wire, cutoff)
+            report.wire_parts += await self._batches(events.prune_wire_parts, cutoff)
         if s.event_retention is not None:
             cutoff = now - s.event_retention
             while True:
@@ -71,6 +81,16 @@ class Janitor:
             await workers.record_maintenance(conn, name="janitor", report=report.as_log())
         return report
 
+    async def _batches(self, prune: Callable[..., Awaitable[int]], cutoff: datetime) -> int:
+        batch = self.settings.janitor_batch_size
+        total = 0
+        while True:
+            async with transaction(self.pool) as conn:
+                n = await prune(conn, cutoff=cutoff, batch=batch)
+            total += n
+            if n < batch:
+                return total
+
     async def run(self, stop: asyncio.Event) -> None:
         async for _ in ticks(self.settings.janitor_interval, stop, jitter=0.1):
             try:
@@ -78,6 +98,6 @@ class Janitor:
             except DB_ERRORS as exc:
                 log.warning("janitor.failed", error=str(exc))
                 continue
-            if report.events or report.inbound_sessions or report.idempotency_keys:
+            if any(report.as_log().values()):
                 log.info("janitor.pruned", **report.as_log())
             self.pruned.fire()

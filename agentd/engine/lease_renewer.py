@@ -131,10 +131,19 @@ class LeaseRenewer:
     def in_flight(self) -> tuple[list[Lease], list[Lease]]:
         return list(self._llm.values()), list(self._tools.values())
 
-    def _lose(self, lease: Lease, reason: str) -> None:
+    def revoke(self, lease: Lease, reason: str) -> None:
+        """Revoke a registration from outside the tick (a pause/stop/regenerate NOTIFY): the
+        same one-shot loss as a failed renewal, so a turn told twice is cancelled once."""
+        self._lose(lease, reason, counted=False)  # told, not lost: not a lease_lost metric
+
+    def _lose(self, lease: Lease, reason: str, *, counted: bool = True) -> None:
+        # Once only: a second cancel() lands while the turn is unwinding (closing its
+        # provider stream) and interrupts that cleanup, leaving the stream uncut.
+        if lease.lost:
+            return
         lease.lost = True
         lease.reason = reason
-        self.lost_count += 1
+        self.lost_count += counted
         self.unregister(lease)
         if lease.task is not None and not lease.task.done():
             lease.task.cancel(f"lease lost: {reason}")

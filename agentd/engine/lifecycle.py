@@ -6,7 +6,8 @@ what it makes runnable in that transaction, rotates or clears the execution toke
 stale worker cannot write, and tells workers (NOTIFY) to cancel in-flight work it revokes.
 Tolerates: concurrent calls on the same loop (they serialize on the row lock), a worker
 finishing a turn at the same instant (its fence fails or ours sees the new status).
-Never: holds a connection across anything but SQL.
+Never: holds a connection across anything but SQL; locks a tool call (or anything else)
+before its loop — the loop row first, always (agentd/store/__init__.py: the lock order).
 Called by: api routes, the CLI, the demo, tests.
 """
 
@@ -18,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from agentd.db.pool import Connection, Pool, transaction
-from agentd.engine import dispatch, forks, inputs
+from agentd.engine import dispatch, forks, inputs, loop_limits
 from agentd.engine.states import ACTIVE, RESUMABLE, LoopStatus, TransitionReason
 from agentd.errors import (
     AlreadyDecided,
@@ -312,7 +313,16 @@ class Lifecycle:
             await self._record(conn, row, "loop.stopped", TransitionReason.STOPPED_BY_USER)
             return row
 
-    async def resume(self, loop_id: uuid.UUID, *, from_: Iterable[str] | None = None) -> Loop:
+    async def resume(
+        self,
+        loop_id: uuid.UUID,
+        *,
+        from_: Iterable[str] | None = None,
+        max_steps: int | None = None,
+        max_tokens_total: int | None = None,
+    ) -> Loop:
+        """Dispatch the loop again; `max_steps` / `max_tokens_total` set its own limits first
+        (kept in its state), so a loop paused by a limit can go on."""
         allowed = set(DEFAULT_RESUME_FROM if from_ is None else from_)
         bad = sorted(s for s in allowed if s not in {str(x) for x in RESUMABLE})
         if bad:
@@ -327,6 +337,9 @@ class Lifecycle:
                     f"loop is {loop.status}; resume allowed from {sorted(allowed)}",
                     current_status=loop.status,
                 )
+            patch = loop_limits.raised(loop, max_steps=max_steps, max_tokens_total=max_tokens_total)
+            if patch:
+                loop = await loops.merge_state(conn, loop_id=loop.id, patch=patch) or loop
             row = await self._dispatch(conn, loop, TransitionReason.RESUMED)
             await self._record(conn, row, "loop.resumed", TransitionReason.RESUMED)
             return row

@@ -56,9 +56,27 @@ def plan_compaction(rows: list[MessageRow], keep_tail: int) -> CompactionPlan | 
     return CompactionPlan(summary=summary, old=current[:start], tail=current[start:])
 
 
-def history(system_prompt: str, rows: list[MessageRow], calls: list[ToolCall]) -> list[Message]:
+# row id -> (the row, the tool calls it was rendered with, its Message): what `render`
+# built for a row object the caller will pass again (engine/history_cache.py keeps one per
+# loop), so a long loop's prompt re-renders only its new rows. An entry is reused only for
+# the very same row and call objects; the Message is shared, so prompts are read, not
+# mutated in place (middlewares replace ctx.history or its items).
+Rendered = dict[int, tuple[MessageRow, tuple[ToolCall, ...], Message]]
+
+
+def history(
+    system_prompt: str,
+    rows: list[MessageRow],
+    calls: list[ToolCall],
+    *,
+    memo: Rendered | None = None,
+) -> list[Message]:
     summary, current = prompt_rows(rows)
-    return render(system_prompt, summary, current, calls)
+    return render(system_prompt, summary, current, calls, memo=memo)
+
+
+def _same(a: tuple[ToolCall, ...], b: tuple[ToolCall, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def render(
@@ -66,6 +84,8 @@ def render(
     summary: MessageRow | None,
     rows: list[MessageRow],
     calls: list[ToolCall],
+    *,
+    memo: Rendered | None = None,
 ) -> list[Message]:
     by_message: dict[int, list[ToolCall]] = {}
     by_id: dict[int, ToolCall] = {}
@@ -73,6 +93,26 @@ def render(
         by_message.setdefault(c.message_id, []).append(c)
         by_id[c.id] = c
     out: list[Message] = []
+    if memo is not None:
+        rendered: list[Message] = []
+        for row in rows:
+            if row.hidden:
+                continue
+            if row.role == "assistant":
+                used = tuple(by_message.get(row.id, ()))
+            elif row.role == "tool" and row.tool_call_id in by_id:
+                used = (by_id[row.tool_call_id],)
+            else:
+                used = ()
+            hit = memo.get(row.id)
+            if hit is not None and hit[0] is row and _same(hit[1], used):
+                rendered.append(hit[2])
+                continue
+            (m,) = render("", None, [row], list(used))
+            memo[row.id] = (row, used, m)
+            rendered.append(m)
+        head = render(system_prompt, summary, [], [])
+        return [*head, *rendered]
     if system_prompt:
         out.append(Message(role="system", content=system_prompt))
     if summary is not None:

@@ -10,7 +10,9 @@ with SKIP LOCKED, rotates the generation and enqueues in the same transaction, s
 reapers resolve to one and a stale worker can never write afterwards. Every reclaimed turn
 and tool call gets a `turn.reclaimed` / `tool_call.reclaimed` event in that transaction,
 naming why (so the admin UI and the events API show crash recovery).
-Tolerates: any number of reapers at once, including `agentd reap` beside daemons.
+Tolerates: any number of reapers at once, including `agentd reap` beside daemons, and any
+lifecycle call or finalizer at once (loop first, then calls, both SKIP LOCKED: a sweep
+never waits for a loop or a call, so it cannot deadlock with them; agentd/store).
 Never: touches paused, frozen or terminal loops, or calls awaiting a person.
 Called by: engine.service (liveness every `liveness_interval`, sweep every
 `reaper_interval`), `agentd reap`.

@@ -40,6 +40,11 @@ class Handoff(Protocol):
         """Run a turn already claimed for this worker, in a slot taken by reserve()."""
         ...
 
+    def chain_after(self, loop_id: uuid.UUID, generation: uuid.UUID) -> int | None:
+        """The last message id of the loop's transcript this worker holds for `generation`
+        (a chained turn then reads only newer rows), or None."""
+        ...
+
 
 @dataclass
 class Runtime:

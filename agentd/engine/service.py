@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from agentd import logs
+from agentd import logs, redact
 from agentd.db.listener import Listener
 from agentd.db.pool import Pool, connection
 from agentd.engine.janitor import Janitor
@@ -55,6 +55,13 @@ class Engine:
 
     def __post_init__(self) -> None:
         from agentd.llm.client import LLMClient, RetryPolicy
+
+        # The API's own tokens are secrets this process may see echoed (events, logs).
+        redact.remember(
+            self.settings.api_token.get_secret_value() if self.settings.api_token else None,
+            *(t.get_secret_value() for t in self.settings.read_tokens),
+            pin=True,
+        )
 
         self.llm_client = self.llm or LLMClient(
             policy=RetryPolicy.from_settings(self.settings),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import json
 import time
 import uuid
@@ -24,11 +25,12 @@ from typing import Any
 from agentd import logs
 from agentd.db.pool import DB_ERRORS, connection
 from agentd.engine.context import ToolContext, TurnContext
+from agentd.engine.history_cache import HistoryCache
 from agentd.engine.lease_renewer import Lease
 from agentd.engine.runtime import Runtime
 from agentd.engine.ticks import Signal
 from agentd.observability import scopes
-from agentd.store import jobs, loops, tool_calls
+from agentd.store import jobs, loops, messages, tool_calls
 from agentd.store.models import Loop
 
 log = logs.get("agentd.worker")
@@ -51,6 +53,8 @@ class Worker:
         self.claimed = Signal()
         self.stop: asyncio.Event | None = None  # run()'s: set, nothing new starts here
         self.context: contextvars.Context | None = None  # run()'s, for chained jobs
+        # The transcripts of loops this worker ran, so a chained turn reads only new rows.
+        self.history = HistoryCache(max_loops=max(64, 2 * s.llm_concurrency))
 
     # --- waking and control -------------------------------------------------------------
 
@@ -77,9 +81,17 @@ class Worker:
         for task, info in list(self.tasks.items()):
             if only is not None and str(info.get("token")) != str(only):
                 continue
-            if info.get("loop_id") == loop_id and not task.done():
-                info["cancelled_by"] = data.get("action", "control")
-                task.cancel(f"loop {data.get('action')}")
+            if info.get("loop_id") != loop_id or task.done() or "cancelled_by" in info:
+                continue  # a revoke told twice (NOTIFY re-sent) cancels once
+            action = str(data.get("action", "control"))
+            info["cancelled_by"] = action
+            lease: Lease | None = info.get("lease")
+            if lease is not None and self.runtime.renewer is not None:
+                # Through the renewer: the lease is unregistered and marked lost, so its
+                # next tick does not cancel the unwinding turn a second time.
+                self.runtime.renewer.revoke(lease, action)
+            else:
+                task.cancel(f"loop {action}")
 
     @property
     def in_flight(self) -> int:
@@ -103,6 +115,11 @@ class Worker:
         self.busy[queue] -= n
         if full:
             self.wakes[queue].set()
+
+    def chain_after(self, loop_id: uuid.UUID, generation: uuid.UUID) -> int | None:
+        """For a chaining tool call on `generation`: the last message id this worker holds
+        of the loop's transcript, for a delta read (None: read it in full)."""
+        return self.history.after(loop_id, generation)
 
     def run_leased_turn(self, loop: Loop, prefetch: jobs.TurnPrefetch | None) -> None:
         assert loop.execution_token is not None
@@ -259,7 +276,10 @@ class Worker:
             lease = rt.renewer.register_turn(
                 loop.id, token, loop.lease_seconds or 660.0, float(max_duration), task
             )  # type: ignore[arg-type]
+            self.tasks.get(task, {})["lease"] = lease  # type: ignore[arg-type]
         started = time.monotonic()
+        if prefetch is not None:
+            prefetch = await self._whole_history(loop, prefetch)
         ctx = TurnContext(runtime=rt, loop=loop, execution_token=token, prefetch=prefetch)
         job_id = self.tasks.get(task, {}).get("job_id")  # type: ignore[arg-type]
         with scopes.turn(rt.telemetry, ctx, worker=str(rt.worker_id), job_id=job_id):
@@ -273,6 +293,23 @@ class Worker:
                 done=self.turn_done,
                 done_fields=lambda: {"seconds": round(time.monotonic() - started, 3)},
             )
+
+    async def _whole_history(self, loop: Loop, pre: jobs.TurnPrefetch) -> jobs.TurnPrefetch:
+        """A delta prefetch merged with the transcript held (read in full if it is gone);
+        what the turn's prompt is built from is then held for the next chained turn."""
+        assert loop.execution_token is not None
+        rows, calls = pre.messages, pre.tool_calls
+        if pre.after is not None:
+            merged = self.history.merge(loop.id, pre.after, rows, calls)
+            if merged is None:
+                async with connection(self.runtime.pool) as conn:
+                    rows = await messages.list_(conn, loop_id=loop.id)
+                    calls = await tool_calls.list_for_loop(conn, loop_id=loop.id)
+            else:
+                rows, calls = merged
+            pre = dataclasses.replace(pre, messages=rows, tool_calls=calls, after=None)
+        self.history.record(loop.id, loop.execution_token, rows, calls)
+        return dataclasses.replace(pre, rendered=self.history.rendered(loop.id))
 
     async def _run_tool(
         self,
@@ -291,6 +328,7 @@ class Worker:
         task = asyncio.current_task()
         if rt.renewer is not None:
             lease = rt.renewer.register_tool(tc.id, lease_token, rt.tool_lease_seconds(), task)  # type: ignore[arg-type]
+            self.tasks.get(task, {})["lease"] = lease  # type: ignore[arg-type]
         ctx = ToolContext(runtime=rt, tool_call=tc, lease_token=lease_token, generation=generation)
         if claim is not None and claim.loop is not None:
             ctx.prefetched = (claim.loop, claim.tool)  # AgentInitialization reads nothing
@@ -328,11 +366,10 @@ class Worker:
             await run()
             bound.debug(f"{kind}.done", **done_fields())
         except asyncio.CancelledError:
-            lost = lease is not None and lease.lost
             info = self.tasks.get(task, {})  # type: ignore[arg-type]
-            why = (
-                lease.reason if lease is not None and lost else info.get("cancelled_by", "shutdown")
-            )
+            told = info.get("cancelled_by")  # a pause/stop/regenerate, not a lost lease
+            lost = told is None and lease is not None and lease.lost
+            why = lease.reason if lease is not None and lost else (told or "shutdown")
             outcome("lease_lost" if lost else "cancelled")
             bound.info(f"{kind}.cancelled", reason=why)
             if why == "shutdown":

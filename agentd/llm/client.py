@@ -18,7 +18,7 @@ import structlog
 
 from agentd import redact
 from agentd.errors import LLMError, LLMStatusError, LLMTimeout
-from agentd.llm import merge, retry, sse, transport
+from agentd.llm import body, merge, retry, sse, transport
 from agentd.llm.dialects import get_dialect
 from agentd.llm.dialects.base import Dialect, load_json
 from agentd.llm.types import LLMRequest, LLMResponse, OnDelta, StreamDelta, WireExchange
@@ -45,7 +45,7 @@ class _Call:
     timeout: httpx.Timeout
     on_delta: OnDelta | None
     secrets: list[str]
-    logged_body: Any
+    body: body.Body  # encoded once: the exact bytes every attempt sends
     exchanges: list[WireExchange] = field(default_factory=list)
     handed_over: bool = False  # latched at the first delta given to on_delta
     throttled: OnThrottled | None = None
@@ -123,6 +123,7 @@ class LLMClient:
         stream = d.is_stream(request, payload)
         read_timeout = provider.read_timeout or self.default_read_timeout
         secrets = [s for s in (provider.api_token,) if s]
+        redact.remember(*secrets)  # its echoes, in any encoding, are masked wherever stored
         call = _Call(
             dialect=d,
             url=d.url(provider, stream=stream),
@@ -137,7 +138,7 @@ class LLMClient:
             ),
             on_delta=on_delta,
             secrets=secrets,
-            logged_body=_mask(redact.scrub(payload), secrets),
+            body=body.encode(payload),
             throttled=throttled,
         )
         deadline = asyncio.timeout(request.max_duration)
@@ -166,7 +167,9 @@ class LLMClient:
                 method="POST",
                 url=_mask(call.url, call.secrets),
                 request_headers=_mask(redact.headers(call.headers), call.secrets),
-                request_body=call.logged_body,
+                request_body=None,  # redacted piece by piece when logged (pipeline/wire.py)
+                request_wire=call.body,
+                request_redact=lambda value, s=call.secrets: _mask(redact.scrub(value), s),
             )
             call.exchanges.append(exchange)
             started = time.monotonic()
@@ -212,7 +215,11 @@ class LLMClient:
         try:
             with transport.map_transport_errors():
                 async with self._http.stream(
-                    "POST", call.url, json=call.payload, headers=call.headers, timeout=call.timeout
+                    "POST",
+                    call.url,
+                    content=call.body.data,
+                    headers=call.headers,
+                    timeout=call.timeout,
                 ) as r:
                     exchange.status = r.status_code
                     exchange.response_headers = _mask(redact.headers(r.headers), call.secrets)

@@ -80,13 +80,17 @@ class WireExchange:
     method: str
     url: str
     request_headers: dict[str, str]
-    request_body: Any
+    request_body: Any  # the payload as logged; None when request_wire has it
     status: int | None = None
     response_headers: dict[str, str] = field(default_factory=dict)
     response_body: str = ""
     duration: float = 0.0
     error: str | None = None
     retry_delay: float | None = None  # the wait before the next attempt, if one followed
+    # The body exactly as sent (llm/body.py) and how to redact a JSON value of it for the
+    # wire log; pipeline/wire.py stores it as a reference to the loop's shared pieces.
+    request_wire: Any = None
+    request_redact: Any = None
 
 
 @dataclass

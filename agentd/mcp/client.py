@@ -8,6 +8,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonschema
+from mcp.shared import inbound
+
+from agentd import logs
 from agentd.errors import McpError, McpSessionInvalid
 from agentd.mcp import eras, jsonrpc
 from agentd.mcp.config import McpServerConfig
@@ -22,6 +26,8 @@ from agentd.mcp.toolset import REQUIRES_APPROVAL_META_KEY
 from agentd.mcp.transports import transport_for
 from agentd.observability import tracing
 
+log = logs.get("agentd.mcp.client")
+
 PREFIX_SEPARATOR = "__"
 ELICITATION_UNSUPPORTED = (
     "this server asked for user input mid-call; agentd supports that only with MCP "
@@ -31,6 +37,20 @@ TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 TASK_TERMINAL = ("completed", "failed", "cancelled")
 STATELESS_PREFIX = "stateless-"  # marks a session id agentd made up; never sent on the wire
 _MAX_PAGES = 50
+#: JSON-RPC errors that mean "agentd built a malformed request": a client bug, not the
+#: tool's answer. (-32602 counts only when the model's arguments fit the tool's schema.)
+CLIENT_BUG_CODES = frozenset(
+    {
+        jsonrpc.PARSE_ERROR,
+        jsonrpc.INVALID_REQUEST,
+        eras.HEADER_MISMATCH,
+        eras.UNSUPPORTED_PROTOCOL_VERSION,
+    }
+)
+CLIENT_BUG_TEXT = (
+    "agentd sent a request the MCP server rejected as malformed ({error}); this is a bug "
+    "in agentd's MCP client, not the tool's answer"
+)
 
 
 @dataclass
@@ -91,6 +111,8 @@ class ToolOutcome:
     input_required: dict[str, Any] | None = None
     # The server runs the call as an MCP task: its handle ({"taskId", "status", ...}).
     task: dict[str, Any] | None = None
+    # The JSON-RPC error code when the server called our request malformed (CLIENT_BUG_CODES).
+    client_error: int | None = None
 
 
 def is_synthetic(session_id: str | None) -> bool:
@@ -163,6 +185,7 @@ class McpClient:
             cursor = result.get("nextCursor")
             if not cursor:
                 break
+        remote = [t for t in remote if self._valid_headers(t)]
         names = {t["name"] for t in remote}
         missing = [n for n in self.config.required_tools if n not in names]
         if missing:
@@ -174,6 +197,15 @@ class McpClient:
         allowed = set(self.config.tools) if self.config.tools is not None else None
         tools = [self._tool(t) for t in remote if allowed is None or t["name"] in allowed]
         return tools, exchanges
+
+    def _valid_headers(self, spec: dict[str, Any]) -> bool:
+        """2026-07-28: a tool whose `x-mcp-header` annotations are invalid MUST be dropped."""
+        reason = inbound.find_invalid_x_mcp_header(spec.get("inputSchema"))
+        if reason is not None:
+            log.warning(
+                "mcp_client.tool_dropped", server=self.config.name, tool=spec["name"], reason=reason
+            )
+        return reason is None
 
     def advertised_name(self, remote_name: str) -> str:
         return (
@@ -206,9 +238,12 @@ class McpClient:
         input_responses: dict[str, Any] | None = None,
         request_state: str | None = None,
         task: dict[str, Any] | None = None,
+        input_schema: dict[str, Any] | None = None,
     ) -> ToolOutcome:
         """One `tools/call`. `input_responses`/`request_state` retry a call that answered
-        with an InputRequiredResult (2026-07-28); `task` asks for task-augmented execution."""
+        with an InputRequiredResult (2026-07-28); `task` asks for task-augmented execution.
+        `input_schema` (the advertised one) tells a -32602 about the model's arguments
+        from one about a request agentd malformed."""
         exchanges: list[Exchange] = []
         params: dict[str, Any] = {"name": remote_name, "arguments": arguments or {}}
         key = _idempotency_key_of(context)
@@ -232,7 +267,29 @@ class McpClient:
             delivery = await self._deliver(
                 jsonrpc.request("tools/call", params), session_id, context, exchanges
             )
-        return _outcome(delivery.body, session_id, exchanges, refused=delivery.refused)
+        outcome = _outcome(delivery.body, session_id, exchanges, refused=delivery.refused)
+        if _is_client_bug(outcome.error_code, arguments, input_schema):
+            log.error(
+                "mcp_client.request_rejected", server=self.config.name, tool=remote_name,
+                method="tools/call", code=outcome.error_code, error=outcome.text,
+            )  # fmt: skip
+            outcome.client_error = outcome.error_code
+            outcome.text = CLIENT_BUG_TEXT.format(error=outcome.text)
+        return outcome
+
+    async def terminate(self, session_id: str | None) -> bool:
+        """End a handshake-era session (HTTP `DELETE`); False when there was nothing to end.
+
+        Best effort: a server that does not allow it (405) or already forgot the session
+        (404) is not an error."""
+        end = getattr(self.transport, "terminate", None)
+        if is_synthetic(session_id) or not callable(end):
+            return False
+        try:
+            return bool(await end(session_id))
+        except McpError as exc:
+            log.info("mcp_client.terminate_failed", server=self.config.name, error=exc.message)
+            return False
 
     # -- tasks -------------------------------------------------------------------------
 
@@ -373,6 +430,19 @@ def _span_of(client: McpClient, payload: dict[str, Any], session: str | None) ->
             "agentd.mcp.transport": client.transport_kind,
         },
     }
+
+
+def _is_client_bug(
+    code: int | None, arguments: dict[str, Any] | None, schema: dict[str, Any] | None
+) -> bool:
+    if code in CLIENT_BUG_CODES:
+        return True
+    if code != jsonrpc.INVALID_PARAMS or not isinstance(schema, dict):
+        return False
+    try:
+        return bool(jsonschema.Draft202012Validator(schema).is_valid(arguments or {}))
+    except jsonschema.SchemaError:
+        return False  # the server's schema is broken; the error may well be about it
 
 
 def _idempotency_key_of(context: CallContext | None) -> str | None:

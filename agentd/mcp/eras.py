@@ -25,6 +25,11 @@ CLIENT_INFO = {"name": "agentd", "version": __version__}
 # agentd parks durably for a person (docs/tools.md, "Waiting on the world").
 MODERN_CLIENT_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}, "url": {}}}
 
+#: JSON-RPC error codes of the 2026-07-28 request ladder (mcp_types.jsonrpc).
+HEADER_MISMATCH = -32020
+MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
+UNSUPPORTED_PROTOCOL_VERSION = -32022
+
 META_PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
@@ -59,6 +64,13 @@ def stamp(payload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     if key and isinstance(params.get(key), str):
         headers["Mcp-Name"] = encode_header_value(params[key])
     return stamped, headers
+
+
+def supported_versions(err: dict[str, Any]) -> list[str]:
+    """The versions an "unsupported protocol version" error says the server speaks."""
+    data = err.get("data")
+    listed = data.get("supported") if isinstance(data, dict) else None
+    return [v for v in listed if isinstance(v, str)] if isinstance(listed, list) else []
 
 
 def discover_request() -> dict[str, Any]:

@@ -6,21 +6,28 @@ import asyncio
 import contextlib
 import json
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
 from agentd import redact
 from agentd.errors import McpError, McpSessionInvalid
-from agentd.mcp import eras, jsonrpc, sse
+from agentd.mcp import eras, jsonrpc, server_facts, sse
 from agentd.mcp.port import CallContext, DeliveryResult
 from agentd.mcp.transport_errors import map_transport_errors
 from agentd.observability import tracing
 
 _SNIPPET = 200
 _ROUTING = {"mcp-method", "mcp-name", "content-length"}
+_MAX_LIST_PAGES = 50
+_MAX_RESUMES = 3
+_DEFAULT_RETRY_MS = 1000
+_MAX_RETRY_MS = 10_000  # a server's `retry` is honoured, within reason
+VERSION_HEADER = "MCP-Protocol-Version"
 
 
 @dataclass
@@ -38,9 +45,14 @@ class HttpDeliveryResult(DeliveryResult):
 class HttpTransport:
     """Deliver JSON-RPC envelopes with POST; map `Mcp-Session-Id` to the port's `session_id`.
 
-    The protocol era is detected on the first `initialize` (a `server/discover` probe) and
-    remembered per URL on this instance; `era=` pins it. Safe for concurrent use: the only
-    shared state is that era memo, and a race merely probes twice.
+    The protocol era is detected with one `server/discover` probe per server URL per
+    process (`agentd.mcp.server_facts`), not per transport object: transports are built
+    per job. A session or era error forgets the verdict, so the next request re-probes.
+    `era=` pins it for this instance. Safe for concurrent use: a race merely probes twice.
+
+    Handshake era: every request after `initialize` carries `MCP-Protocol-Version` (the
+    version the server chose). 2026-07-28: every request is stamped (`eras.stamp`) and a
+    `tools/call` mirrors its `x-mcp-header` arguments into `Mcp-Param-*` headers.
     """
 
     kind = "http"
@@ -57,13 +69,14 @@ class HttpTransport:
     ) -> None:
         self.url = url
         self.api_token = api_token
+        redact.remember(api_token)  # masked in every event and log, in any encoding
         self.headers = dict(headers or {})
         self.timeout = timeout
         self._client = client
-        self._eras: dict[str, eras.Era] = {url: era} if era else {}
+        self._pinned = era
 
     def era(self) -> eras.Era | None:
-        return self._eras.get(self.url)
+        return self._pinned or server_facts.of(self.url).era
 
     async def deliver(
         self,
@@ -72,38 +85,155 @@ class HttpTransport:
         session_id: str | None = None,
         context: CallContext | None = None,
     ) -> HttpDeliveryResult:
-        era = self._eras.get(self.url)
+        era = self.era()
         if payload.get("method") == "initialize" and era != "handshake":
             probe = await self._probe()
             if probe is not None:
-                assert probe.body is not None  # _probe returns only answered discoveries
-                body = jsonrpc.result(
-                    payload.get("id"), eras.initialize_result_from_discovery(probe.body["result"])
-                )
+                shaped = eras.initialize_result_from_discovery(_result_of(probe.body))
+                body = jsonrpc.result(payload.get("id"), shaped)
                 return replace(probe, body=body, session_id=None)
             era = "handshake"
         elif era is None:
             era = "modern" if await self._probe() is not None else "handshake"
         if era == "modern":
-            if jsonrpc.is_notification(payload):
-                # Nothing to acknowledge in a stateless protocol; record it as not sent.
-                return HttpDeliveryResult(
-                    body=None, session_id=None, raw_request=jsonrpc.dumps(payload), raw_response="",
-                    status=None, era="modern",
-                )  # fmt: skip
-            stamped, routing = eras.stamp(payload)
-            return await self._post(stamped, None, routing, era="modern")
-        return await self._post(payload, session_id, {}, era="handshake")
+            return await self._deliver_modern(payload)
+        return await self._deliver_handshake(payload, session_id)
+
+    async def _deliver_handshake(
+        self, payload: dict[str, Any], session_id: str | None
+    ) -> HttpDeliveryResult:
+        facts = server_facts.of(self.url)
+        method = payload.get("method")
+        extra: dict[str, str] = {}
+        if method != "initialize":
+            # 2025-06-18+: MUST on every request after initialize. A process that never
+            # saw this server's initialize (a restart) sends the version it proposes.
+            extra[VERSION_HEADER] = facts.protocol_version or eras.LATEST_HANDSHAKE_VERSION
+        result = await self._post(payload, session_id, extra, era="handshake")
+        if method == "initialize":
+            chosen = _result_of(result.body).get("protocolVersion")
+            if chosen in eras.HANDSHAKE_VERSIONS:
+                server_facts.of(self.url).protocol_version = chosen
+        return result
+
+    async def _deliver_modern(self, payload: dict[str, Any]) -> HttpDeliveryResult:
+        if jsonrpc.is_notification(payload):
+            # Nothing to acknowledge in a stateless protocol; record it as not sent.
+            return HttpDeliveryResult(
+                body=None, session_id=None, raw_request=jsonrpc.dumps(payload), raw_response="",
+                status=None, era="modern",
+            )  # fmt: skip
+        method = payload.get("method")
+        params = payload.get("params") or {}
+        stamped, base = eras.stamp(payload)
+        routing = dict(base)
+        if method == "tools/call" and isinstance(params, dict):
+            routing.update(await self._param_headers(params))
+        result = await self._post(stamped, None, routing, era="modern")
+        err = jsonrpc.error_of(result.body)
+        if (
+            err is not None
+            and err.get("code") == eras.HEADER_MISMATCH
+            and method == "tools/call"
+            and isinstance(params, dict)
+        ):
+            # Our x-mcp-header map may predate a change of the tool: list again, retry once.
+            server_facts.of(self.url).param_headers = None
+            routing = {**base, **await self._param_headers(params)}
+            result = await self._post(stamped, None, routing, era="modern")
+            err = jsonrpc.error_of(result.body)
+        if err is not None and err.get("code") == eras.UNSUPPORTED_PROTOCOL_VERSION:
+            if eras.MODERN_VERSION in eras.supported_versions(err):
+                # Spurious (the server lists our version): retry once, as the spec asks.
+                result = await self._post(stamped, None, routing, era="modern")
+            else:
+                server_facts.forget(self.url)
+                raise McpSessionInvalid(
+                    f"MCP server {self.url} no longer speaks {eras.MODERN_VERSION} "
+                    f"({jsonrpc.describe_error(err)})"
+                )
+        elif _lost_stateless(result):
+            # Answered like a handshake-era server asking for a session: it was replaced.
+            server_facts.forget(self.url)
+            raise McpSessionInvalid(
+                f"MCP server {self.url} asks for a session now (HTTP {result.status})"
+            )
+        if method == "tools/list":
+            tools = _result_of(result.body).get("tools")
+            if isinstance(tools, list):
+                first = not (isinstance(params, dict) and params.get("cursor"))
+                server_facts.remember_tools(self.url, tools, first_page=first)
+        return result
+
+    async def terminate(self, session_id: str) -> bool:
+        """`DELETE` a handshake-era session; True when the server ended it (2xx)."""
+        headers = dict(self.headers)
+        if self.api_token:
+            headers["Authorization"] = f"Bearer {self.api_token}"
+        headers["Mcp-Session-Id"] = session_id
+        facts = server_facts.of(self.url)
+        headers[VERSION_HEADER] = facts.protocol_version or eras.LATEST_HANDSHAKE_VERSION
+        with map_transport_errors(self.url, timeout=self.timeout):
+            async with asyncio.timeout(self.timeout), self._session() as client:
+                response = await client.delete(self.url, headers=headers)
+        return 200 <= response.status_code < 300
+
+    async def _param_headers(self, params: dict[str, Any]) -> dict[str, str]:
+        """`Mcp-Param-*` for this call; lists the tools first if this process never did."""
+        if server_facts.of(self.url).param_headers is None:
+            cursor: str | None = None
+            for page in range(_MAX_LIST_PAGES):
+                listing = jsonrpc.request("tools/list", {"cursor": cursor} if cursor else {})
+                stamped, routing = eras.stamp(listing)
+                answer = await self._post(stamped, None, routing, era="modern")
+                result = _result_of(answer.body)
+                tools = result.get("tools")
+                server_facts.remember_tools(
+                    self.url, tools if isinstance(tools, list) else [], first_page=page == 0
+                )
+                cursor = result.get("nextCursor")
+                if not isinstance(cursor, str) or not cursor:
+                    break
+        name, arguments = str(params.get("name")), params.get("arguments")
+        return server_facts.param_headers(self.url, name, arguments)
 
     async def _probe(self) -> HttpDeliveryResult | None:
-        """POST `server/discover`: the exchange if the server speaks 2026-07-28, else None."""
-        stamped, routing = eras.stamp(eras.discover_request())
-        try:
-            result = await self._post(stamped, None, routing, era=None, probing=True)
-        except McpSessionInvalid:
-            result = None
+        """POST `server/discover`: the exchange if the server speaks 2026-07-28, else None.
+
+        Single-flight per URL and credentials: loops that start together share one probe."""
+        key = (self.url, self.api_token)
+        flights = _PROBES.setdefault(asyncio.get_running_loop(), {})
+        flight = flights.get(key)
+        if flight is None:
+            flight = flights[key] = asyncio.ensure_future(self._probe_once())
+            flight.add_done_callback(lambda _: flights.pop(key, None))
+        return await asyncio.shield(flight)
+
+    async def _probe_once(self) -> HttpDeliveryResult | None:
+        facts = server_facts.of(self.url)
+        result: HttpDeliveryResult | None = None
+        for attempt in range(2):
+            stamped, routing = eras.stamp(eras.discover_request())
+            facts.probes += 1
+            try:
+                result = await self._post(stamped, None, routing, era=None, probing=True)
+            except McpSessionInvalid:
+                result = None
+            err = jsonrpc.error_of(result.body if result else None)
+            if (
+                attempt == 0
+                and err is not None
+                and err.get("code") == eras.UNSUPPORTED_PROTOCOL_VERSION
+                and eras.MODERN_VERSION in eras.supported_versions(err)
+            ):
+                continue  # "unsupported" yet it lists ours: retry with it (SEP-2575)
+            break
         modern = result is not None and eras.is_modern_discovery(result.body)
-        self._eras[self.url] = "modern" if modern else "handshake"
+        status = (result.status or 0) if result is not None else 0
+        if modern or (result is not None and status < 500 and status not in (401, 403)):
+            facts.era = "modern" if modern else "handshake"
+        # else: a broken server, or refused credentials, say nothing about its era; this
+        # request tries the handshake and the next one probes again.
         if not modern:
             return None
         assert result is not None
@@ -159,9 +289,14 @@ class HttpTransport:
                     ctype = response.headers.get("content-type", "")
                     notes: list[dict[str, Any]] = []
                     if "text/event-stream" in ctype and status < 400:
-                        raw_response, body, notes = await _read_sse(
+                        raw_response, body, notes, resume = await _read_sse(
                             response, payload.get("id"), answer
                         )
+                        if resume is not None:
+                            raw_response, body = await self._resume(
+                                client, headers, response, payload.get("id"), answer,
+                                resume, raw_response, notes,
+                            )  # fmt: skip
                     else:
                         raw_response = (await response.aread()).decode("utf-8", errors="replace")
                         body = _parse_json(raw_response)
@@ -186,6 +321,43 @@ class HttpTransport:
         self._check(result, session_id=session_id, expects_answer=expects_answer, parsed=body)
         return result
 
+    async def _resume(
+        self,
+        client: httpx.AsyncClient,
+        headers: dict[str, str],
+        response: httpx.Response,
+        request_id: Any,
+        answer: Callable[[dict[str, Any]], Awaitable[None]],
+        resume: tuple[str, float],
+        raw_response: str,
+        notes: list[dict[str, Any]],
+    ) -> tuple[str, Any]:
+        """The answer's stream closed before the answer: reconnect with `GET` and
+        `Last-Event-ID` after the server's `retry` delay (SEP-1699), a few times at most."""
+        back = {k: v for k, v in headers.items() if k.lower() not in _ROUTING | {"content-type"}}
+        back["Accept"] = "text/event-stream"
+        if sid := response.headers.get("mcp-session-id"):
+            back["Mcp-Session-Id"] = sid
+        raw = [raw_response]
+        for _ in range(_MAX_RESUMES):
+            last_id, delay = resume
+            await asyncio.sleep(delay)
+            back["Last-Event-ID"] = last_id
+            async with client.stream("GET", self.url, headers=back) as again:
+                ctype = again.headers.get("content-type", "")
+                if again.status_code >= 400 or "text/event-stream" not in ctype:
+                    raise McpError(
+                        f"MCP server {self.url} closed the stream before answering request "
+                        f"{request_id!r} and refused to resume it (HTTP {again.status_code})"
+                    )
+                more, body, more_notes, next_resume = await _read_sse(again, request_id, answer)
+            raw.append(more)
+            notes.extend(more_notes)
+            if body is not None or next_resume is None:
+                return "".join(raw), body
+            resume = next_resume
+        raise McpError(f"MCP SSE stream ended without a response to request {request_id!r}")
+
     def _check(
         self,
         result: HttpDeliveryResult,
@@ -197,7 +369,11 @@ class HttpTransport:
         status = result.status or 0
         where = f"MCP server {self.url}"
         if status == 404 and session_id:
+            server_facts.forget(self.url)  # restarted, maybe upgraded: probe again
             raise McpSessionInvalid(f"{where} no longer knows session {session_id} (HTTP 404)")
+        if status == 400 and session_id and "protocol version" in result.raw_response.lower():
+            server_facts.forget(self.url)  # our remembered version is not the server's
+            raise McpSessionInvalid(f"{where} refused protocol version (HTTP 400)")
         if status in (401, 403):
             raise McpError(f"{where} rejected the credentials (HTTP {status})", http_status=status)
         if parsed is _GARBAGE:
@@ -216,12 +392,50 @@ class HttpTransport:
             )
 
     def _session(self) -> contextlib.AbstractAsyncContextManager[httpx.AsyncClient]:
-        if self._client is not None:
-            return contextlib.nullcontext(self._client)
-        return httpx.AsyncClient(timeout=self.timeout)
+        return contextlib.nullcontext(self._client or shared_client(self.url))
+
+
+# One client per origin per event loop for transports given none (the engine passes its own
+# pooled client): building an AsyncClient (and its TLS context) per request was the cost.
+# No keep-alive here, because nothing closes these clients: an idle pooled socket would
+# outlive its event loop. Timeouts come from each transport's asyncio.timeout.
+_SHARED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, httpx.AsyncClient]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+_PROBES: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop,
+    dict[tuple[str, str | None], asyncio.Future[HttpDeliveryResult | None]],
+] = weakref.WeakKeyDictionary()
+
+
+def shared_client(url: str) -> httpx.AsyncClient:
+    parts = urlsplit(url)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    clients = _SHARED.setdefault(asyncio.get_running_loop(), {})
+    client = clients.get(origin)
+    if client is None or client.is_closed:
+        limits = httpx.Limits(max_keepalive_connections=0)
+        client = clients[origin] = httpx.AsyncClient(timeout=None, limits=limits)
+    return client
 
 
 _GARBAGE: Any = object()
+
+
+def _result_of(body: dict[str, Any] | None) -> dict[str, Any]:
+    result = body.get("result") if isinstance(body, dict) else None
+    return result if isinstance(result, dict) else {}
+
+
+def _lost_stateless(result: HttpDeliveryResult) -> bool:
+    """A stateless request answered the way handshake servers refuse a missing session."""
+    if result.status not in (400, 404):
+        return False
+    err = jsonrpc.error_of(result.body) or {}
+    said = str(err.get("message") or result.raw_response).lower()
+    return "session" in said
 
 
 def _parse_json(text: str) -> Any:
@@ -237,9 +451,12 @@ async def _read_sse(
     response: httpx.Response,
     request_id: Any,
     answer: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
-) -> tuple[str, Any, list[dict[str, Any]]]:
+) -> tuple[str, Any, list[dict[str, Any]], tuple[str, float] | None]:
     """Read events until the response whose id matches `request_id`; earlier messages are
-    notes, and server→client requests among them are answered through `answer`."""
+    notes, and server→client requests among them are answered through `answer`.
+
+    A stream that ends first but named an event id is resumable: the last item is then
+    `(last_event_id, retry_seconds)` and the body None."""
     lines: list[str] = []
     parser = sse.EventParser()
     notes: list[dict[str, Any]] = []
@@ -264,13 +481,17 @@ async def _read_sse(
     async for line in _lines(response):
         lines.append(line)
         if (found := take(parser.feed_line(line))) is not None:
-            return "\n".join(lines) + "\n", found, notes
+            return "\n".join(lines) + "\n", found, notes, None
         while asks and answer is not None:
             await answer(asks.pop(0))
     if (found := take(parser.flush())) is not None:
-        return "\n".join(lines), found, notes
+        return "\n".join(lines), found, notes, None
     if request_id is None:
-        return "\n".join(lines), None, notes
+        return "\n".join(lines), None, notes, None
+    if parser.last_event_id is not None:
+        retry = parser.retry if parser.retry is not None else _DEFAULT_RETRY_MS
+        delay = min(retry, _MAX_RETRY_MS) / 1000
+        return "\n".join(lines) + "\n", None, notes, (parser.last_event_id, delay)
     raise McpError(f"MCP SSE stream ended without a response to request {request_id!r}")
 
 

@@ -61,17 +61,65 @@ def is_response(envelope: Any) -> bool:
 
 def error_of(body: dict[str, Any] | None) -> dict[str, Any] | None:
     """The `error` member of a response envelope, or None."""
-    error = body.get("error") if isinstance(body, dict) else None
-    return error if isinstance(error, dict) else None
+    err = body.get("error") if isinstance(body, dict) else None
+    return err if isinstance(err, dict) else None
 
 
 def describe_error(err: dict[str, Any]) -> str:
     return f"MCP error {err.get('code')}: {err.get('message', '')}".rstrip()
 
 
-def dumps(envelope: Any) -> str:
-    """The exact bytes we put on the wire (compact, UTF-8 kept readable)."""
-    return json.dumps(envelope, separators=(",", ":"), ensure_ascii=False)
+def dumps(envelope: Any, *, allow_nan: bool = True) -> str:
+    """The exact text we put on the wire (compact, UTF-8 kept readable).
+
+    It always encodes as UTF-8: a lone surrogate (from a `"\\ud800"` escape) stays
+    escaped. `allow_nan=False` (what a server answers with) raises ValueError on
+    NaN/Infinity instead of emitting them, since they are not JSON.
+    """
+    compact = (",", ":")
+    text = json.dumps(envelope, separators=compact, ensure_ascii=False, allow_nan=allow_nan)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(envelope, separators=compact, ensure_ascii=True, allow_nan=allow_nan)
+    return text
+
+
+class NotJson(ValueError):
+    """The text used NaN, Infinity or -Infinity: JavaScript, not JSON."""
+
+
+def _no_constants(name: str) -> Any:
+    raise NotJson(f"{name} is not valid JSON")
+
+
+def loads(text: str | bytes) -> Any:
+    """Strict JSON: NaN / Infinity raise `NotJson` (Python's json accepts them)."""
+    return json.loads(text, parse_constant=_no_constants)
+
+
+def invalid_envelope(envelope: Any) -> str | None:
+    """Why `envelope` is not a JSON-RPC 2.0 request, notification or response (MCP rules:
+    an id is a string or an integer, never null; params are an object), or None."""
+    if not isinstance(envelope, dict):
+        return "the message must be a JSON object"
+    if envelope.get("jsonrpc") != "2.0":
+        return 'the "jsonrpc" member must be exactly "2.0"'
+    if "id" in envelope:
+        ident = envelope["id"]
+        if isinstance(ident, bool) or not isinstance(ident, str | int):
+            return 'the "id" member must be a string or an integer'
+    if "method" in envelope:
+        if not isinstance(envelope["method"], str) or not envelope["method"]:
+            return 'the "method" member must be a non-empty string'
+        if "params" in envelope and not isinstance(envelope["params"], dict):
+            return 'the "params" member must be an object'
+        if "result" in envelope or "error" in envelope:
+            return "a request cannot carry a result or an error"
+        return None
+    if "id" not in envelope or ("result" in envelope) == ("error" in envelope):
+        return "a response needs an id and exactly one of result or error"
+    return None
 
 
 def is_server_request(message: Any) -> bool:

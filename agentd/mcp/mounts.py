@@ -156,6 +156,42 @@ def mount_one(
     for path in (f"/mcp/{name}", f"/mcp/{name}/"):
         # An ASGI app as a Route endpoint receives every HTTP method; it answers 405 itself.
         app.add_route(path, endpoint, methods=None, include_in_schema=False)
+    # RFC 9728 metadata at the path-inserted well-known URI of `/mcp/<name>`.
+    app.add_route(
+        f"{PROTECTED_RESOURCE_PATH}/mcp/{name}",
+        protected_resource_metadata(name),
+        methods=["GET"],
+        include_in_schema=False,
+    )
+
+
+PROTECTED_RESOURCE_PATH = "/.well-known/oauth-protected-resource"
+
+
+def protected_resource_metadata(name: str) -> Callable[[Any], Awaitable[Any]]:
+    """OAuth protected-resource metadata (RFC 9728) saying: send a bearer token in the
+    `Authorization` header; there is no authorization server to get one from (tokens are
+    issued out of band, see docs/mcp-server.md). OAuth-capable clients (the MCP inspector)
+    read this instead of guessing an authorization server at the origin."""
+    from starlette.responses import JSONResponse
+
+    async def metadata(request: Any) -> Any:
+        origin = f"{request.url.scheme}://{request.url.netloc}"
+        return JSONResponse(
+            {
+                "resource": f"{origin}/mcp/{name}",
+                "resource_name": f"agentd MCP server {name}",
+                "bearer_methods_supported": ["header"],
+            },
+            headers={"Cache-Control": "public, max-age=3600"},
+        )
+
+    return metadata
+
+
+def resource_metadata_url(request: Any, name: str) -> str:
+    """Where a 401 points OAuth clients (`WWW-Authenticate: Bearer resource_metadata=...`)."""
+    return f"{request.url.scheme}://{request.url.netloc}{PROTECTED_RESOURCE_PATH}/mcp/{name}"
 
 
 def _check_name(name: str, where: str) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import inspect
-import json
 import re
 import time
 import uuid
@@ -41,7 +40,7 @@ from starlette.types import Receive, Scope, Send
 
 from agentd import logs, redact
 from agentd.db import pool as dbpool
-from agentd.mcp import eras, jsonrpc
+from agentd.mcp import eras, jsonrpc, mounts
 from agentd.mcp.port import CallContext
 from agentd.store import events
 from agentd.store import mcp as mcp_store
@@ -102,7 +101,9 @@ class McpEndpoint:
             log.exception("mcp_server.authorizer_failed", server=self.name)
             return Response(status_code=500)
         if principal is None:
-            return Response(status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            where = mounts.resource_metadata_url(request, self.name)
+            challenge = f'Bearer resource_metadata="{where}"'
+            return Response(status_code=401, headers={"WWW-Authenticate": challenge})
         call = _Call(request, principal, principal_label(principal), time.monotonic())
         if request.method == "DELETE":
             return await self._terminate(call)
@@ -116,25 +117,32 @@ class McpEndpoint:
             return Response("Request body too large", status_code=413)
         call.raw_request = body.decode("utf-8", errors="replace")
         try:
-            envelope = json.loads(body)
+            envelope = jsonrpc.loads(body)
+        except jsonrpc.NotJson as exc:
+            # NaN / Infinity: never run a tool on it, never echo it back.
+            message = f"Invalid Request: {exc}"
+            return _json(jsonrpc.error(None, jsonrpc.INVALID_REQUEST, message), 400)
         except (ValueError, RecursionError):
             return _json(jsonrpc.error(None, jsonrpc.PARSE_ERROR, "Parse error"), 400)
         if isinstance(envelope, list):
             message = "Batch requests are not supported"
             return _json(jsonrpc.error(None, jsonrpc.INVALID_REQUEST, message), 400)
-        if not isinstance(envelope, dict) or not (
-            isinstance(envelope.get("method"), str) or jsonrpc.is_response(envelope)
-        ):
-            message = "Invalid Request"
-            return _json(jsonrpc.error(_id(envelope), jsonrpc.INVALID_REQUEST, message), 400)
+        invalid = jsonrpc.invalid_envelope(envelope)
+        if invalid is not None:
+            message = f"Invalid Request: {invalid}"
+            return _json(jsonrpc.error(_valid_id(envelope), jsonrpc.INVALID_REQUEST, message), 400)
         call.rpc_method = envelope.get("method")
         version = request.headers.get(VERSION_HEADER)
-        if version is not None and version not in eras.HANDSHAKE_VERSIONS:
-            call.era = "modern"
-            response = await self._serve_modern(call, envelope)
-        else:
-            response = await self._serve_handshake(call, envelope)
-        return response
+        if version is None or version in eras.HANDSHAKE_VERSIONS:
+            return await self._serve_handshake(call, envelope)
+        if version == eras.MODERN_VERSION or request.headers.get(SESSION_HEADER) is None:
+            call.era = "modern"  # the SDK's ladder answers an unknown version there
+            return await self._serve_modern(call, envelope)
+        # A session request naming a version nobody speaks: say so (not the 2026 _meta error).
+        data = {"supported": [*eras.HANDSHAKE_VERSIONS, eras.MODERN_VERSION], "requested": version}
+        message = f"Unsupported protocol version: {version}"
+        body_ = jsonrpc.error(_id(envelope), eras.UNSUPPORTED_PROTOCOL_VERSION, message, data)
+        return _json(body_, 400)
 
     def _check_host_and_origin(self, request: Request) -> Response | None:
         """DNS-rebinding protection: Host must be local or allowed; so must Origin, if sent."""
@@ -258,7 +266,8 @@ class McpEndpoint:
         if isinstance(result, dict):
             self._stamp_modern_result(method, result)
         err = jsonrpc.error_of(body)
-        status = inbound.ERROR_CODE_HTTP_STATUS.get(err.get("code"), 200) if err else 200
+        code = err.get("code") if err else None
+        status = inbound.ERROR_CODE_HTTP_STATUS.get(code, 200) if isinstance(code, int) else 200
         return await self._answer(call, _json(body, status))
 
     def _stamp_modern_result(self, method: str, result: dict[str, Any]) -> None:
@@ -376,9 +385,15 @@ def _server_info(toolset: Any) -> dict[str, Any]:
 
 
 def _json(body: Any, status: int, headers: dict[str, str] | None = None) -> Response:
-    return Response(
-        jsonrpc.dumps(body), status_code=status, media_type="application/json", headers=headers
-    )
+    try:
+        text = jsonrpc.dumps(body, allow_nan=False)
+    except ValueError:
+        # A handler produced NaN/Infinity (or a cycle): answer valid JSON, never JavaScript.
+        log.error("mcp_server.unserializable_result")
+        message = "Internal error: the result is not representable as JSON"
+        text = jsonrpc.dumps(jsonrpc.error(_id(body), jsonrpc.INTERNAL_ERROR, message))
+        status = 500
+    return Response(text, status_code=status, media_type="application/json", headers=headers)
 
 
 def _rejection(rejection: inbound.InboundLadderRejection, request_id: Any) -> Response:
@@ -388,6 +403,12 @@ def _rejection(rejection: inbound.InboundLadderRejection, request_id: Any) -> Re
 
 def _id(envelope: Any) -> Any:
     return envelope.get("id") if isinstance(envelope, dict) else None
+
+
+def _valid_id(envelope: Any) -> Any:
+    """The id to echo in an Invalid Request answer: the request's, if it is a valid one."""
+    ident = _id(envelope)
+    return ident if isinstance(ident, str | int) and not isinstance(ident, bool) else None
 
 
 async def _read_body(request: Request, limit: int) -> bytes | None:

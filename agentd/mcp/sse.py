@@ -13,12 +13,21 @@ class Event:
 
 
 class EventParser:
-    """Feed decoded text lines; collect complete events (WHATWG SSE rules, no retry handling)."""
+    """Feed decoded text lines; collect complete events (WHATWG SSE rules).
+
+    `last_event_id` and `retry` (milliseconds) persist across events, as the rules say:
+    they are what a client needs to resume a closed stream with `GET` + `Last-Event-ID`.
+    """
 
     def __init__(self) -> None:
         self._data: list[str] = []
         self._event = ""
         self._id: str | None = None
+        self.retry: int | None = None
+
+    @property
+    def last_event_id(self) -> str | None:
+        return self._id
 
     def feed_line(self, line: str) -> Event | None:
         line = line.rstrip("\r\n")
@@ -32,8 +41,10 @@ class EventParser:
             self._data.append(value)
         elif field == "event":
             self._event = value
-        elif field == "id":
+        elif field == "id" and "\0" not in value:
             self._id = value
+        elif field == "retry" and value.isdigit():
+            self.retry = int(value)
         return None
 
     def flush(self) -> Event | None:

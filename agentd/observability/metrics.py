@@ -119,6 +119,12 @@ class Telemetry:
             buckets=_TOOL_BUCKETS,
             registry=r,
         )
+        self.mcp_client_errors = Counter(
+            "agentd_mcp_client_errors",
+            "MCP requests a server rejected as malformed by agentd (a client bug), by code.",
+            ["server", "code"],
+            registry=r,
+        )
         self._watched = _Watched()
         r.register(self._watched)
 
@@ -134,6 +140,9 @@ class Telemetry:
 
     def tool_call_outcome(self, ctx: ToolContext, outcome: str) -> None:
         ctx.metadata.setdefault("outcome", outcome)
+
+    def mcp_client_error(self, *, server: str, code: int) -> None:
+        self.mcp_client_errors.labels(server=server, code=str(code)).inc()
 
     def llm_attempts(self, ctx: TurnContext, exchanges: Iterable[WireExchange]) -> None:
         model = model_of(ctx)

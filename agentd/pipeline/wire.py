@@ -1,17 +1,182 @@
-"""Turns LLM and MCP wire exchanges into event rows."""
+"""Turns LLM and MCP wire exchanges into event rows.
+
+An LLM request is stored as it was sent, without storing the transcript again every turn:
+its body (llm/body.py: the exact bytes, as pieces) becomes a *manifest* — the previous
+request's manifest plus ranges of its pieces and the keys of new ones — and every piece
+and manifest is a content-addressed part of the loop (`wire_parts`, key = the first 16
+bytes of the SHA-256 of its stored text). The event carries the parts this process does
+not know to be stored already (a trigger on `events` moves them into `wire_parts`,
+migrations/0010) and `body_ref` {manifest, sha256 of the body, bytes, redacted}. Reading
+it back (store/events.py) rebuilds the exact text and checks the hash. So a turn writes
+O(its new messages), not O(history), and redacts only its new pieces.
+
+The per-process cache (loop → the last stored request: its manifest, its pieces' texts and
+keys) is a hint: only the pieces it does not know are hashed, redacted and written; a miss
+stores a self-contained manifest; a part the cache wrongly believed stored is caught
+by the read's hash check. It learns a manifest only once the turn that wrote it committed
+(`settle`), so it never points at a part a rolled-back turn would have stored.
+"""
 
 from __future__ import annotations
 
+import collections
+import hashlib
+import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
+from agentd.llm import body as wire_body
 from agentd.llm.types import WireExchange
 from agentd.store.models import NewEvent
 
+CACHE_LOOPS = 128  # loops whose last request this process remembers (its text, in pieces)
+CACHE_AGE = 3600.0  # seconds: an older hint is dropped (the janitor may prune idle loops' parts)
 
-def llm_events(exchanges: list[WireExchange], *, loop_id: uuid.UUID) -> list[NewEvent]:
+
+@dataclass(frozen=True)
+class _Known:
+    manifest: str  # hex key of the loop's last committed manifest
+    pieces: list[str]  # its piece keys, in order
+    texts: list[str]  # the text sent of each of them
+    sent: dict[str, str]  # the text sent of each of its pieces -> its key (no rehashing)
+    safe: dict[str, str]  # key -> stored text, for the pieces that had to be redacted
+    at: float
+
+
+_known: collections.OrderedDict[uuid.UUID, _Known] = collections.OrderedDict()
+_pending: dict[tuple[uuid.UUID, uuid.UUID], _Known] = {}
+
+
+def key_of(text: str) -> str:
+    return hashlib.sha256(text.encode()).digest()[:16].hex()
+
+
+def _hint(loop_id: uuid.UUID) -> _Known | None:
+    k = _known.get(loop_id)
+    if k is None or time.monotonic() - k.at > CACHE_AGE:
+        return None
+    return k
+
+
+def settle(loop_id: uuid.UUID, token: uuid.UUID, *, committed: bool) -> None:
+    """The turn that built events with `token` committed them (or never will)."""
+    k = _pending.pop((loop_id, token), None)
+    if k is None or not committed:
+        return
+    _known[loop_id] = k
+    _known.move_to_end(loop_id)
+    while len(_known) > CACHE_LOOPS:
+        _known.popitem(last=False)
+
+
+def forget(loop_id: uuid.UUID | None = None) -> None:
+    """Drop the hints (tests; a process pointed at another database)."""
+    if loop_id is None:
+        _known.clear()
+        _pending.clear()
+    else:
+        _known.pop(loop_id, None)
+
+
+def _ops(base: list[str], new: list[str]) -> list[Any]:
+    """`new` as ranges [a, b] of `base` and single keys, greedily."""
+    where: dict[str, int] = {}
+    for i, k in enumerate(base):
+        where.setdefault(k, i)
+    out: list[Any] = []
+    j = 0
+    while j < len(new):
+        at = where.get(new[j])
+        if at is None:
+            out.append(new[j])
+            j += 1
+            continue
+        i, n = at, 1
+        while j + n < len(new) and i + n < len(base) and base[i + n] == new[j + n]:
+            n += 1
+        out.append([i, i + n])
+        j += n
+    return out
+
+
+def encode(
+    ex: WireExchange, *, parts: dict[str, str], hint: _Known | None
+) -> tuple[dict[str, Any], _Known]:
+    """`body_ref` for one exchange; adds the parts to store to `parts`. Only the pieces
+    the hint does not know are hashed, redacted and written: O(the turn's new messages)."""
+    b: wire_body.Body = ex.request_wire
+    redact = ex.request_redact or (lambda v: v)
+    base = hint.pieces if hint is not None else []
+    known = hint.sent if hint is not None else {}
+    safe_of = dict(hint.safe) if hint is not None else {}
+    keys: list[str] = []
+    sent: dict[str, str] = {}
+    frame: tuple[str, str] | None = None
+    list_key = b.list_key
+    items = b.payload.get(list_key) if list_key is not None else None
+    texts = wire_body.pieces(b, hint.texts[:-1] if hint is not None else None)
+    last = len(texts) - 1
+    whole = len(texts) == 1
+    for i, text in enumerate(texts):
+        k = known.get(text)
+        if k is None:
+            if whole or list_key is None:
+                safe = wire_body.dumps(redact(b.payload))
+            elif i == 0 or i == last:
+                if frame is None:
+                    frame = wire_body.frame(redact({**b.payload, list_key: []}), list_key)
+                safe = frame[0] if i == 0 else frame[1]
+            else:
+                assert items is not None
+                safe = wire_body.element(redact(items[i - 1]), i == 1)
+            k = key_of(safe)
+            if safe != text:
+                safe_of[k] = safe
+            parts[k] = safe
+        keys.append(k)
+        sent[text] = k
+    manifest = wire_body.dumps(
+        {"b": hint.manifest if hint is not None else None, "o": _ops(base, keys), "n": len(keys)}
+    )
+    mkey = key_of(manifest)
+    parts[mkey] = manifest
+    redacted = any(k in safe_of for k in keys)
+    if redacted:
+        # A rebuild cannot match what was sent, so the hash is of the stored (redacted)
+        # text: a hash of the text around a secret would let anyone test guesses of it.
+        data = "".join(safe_of.get(k, t) for t, k in zip(texts, keys, strict=True)).encode()
+    else:
+        data = b.data
+    ref = {
+        "v": 1,
+        "manifest": mkey,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "bytes": len(b.data),
+        "redacted": redacted,
+    }
+    held = {k: safe_of[k] for k in keys if k in safe_of}
+    return ref, _Known(
+        manifest=mkey, pieces=keys, texts=texts, sent=sent, safe=held, at=time.monotonic()
+    )
+
+
+def llm_events(
+    exchanges: list[WireExchange], *, loop_id: uuid.UUID, token: uuid.UUID | None = None
+) -> list[NewEvent]:
+    """One `llm.request` event per attempt. With `token` (the turn's execution token), what
+    they store becomes this process's hint for the loop once `settle` says they committed."""
     out = []
+    hint = _hint(loop_id)
     for ex in exchanges:
+        request_data: dict[str, Any] = {"headers": ex.request_headers}
+        if ex.request_wire is not None:
+            parts: dict[str, str] = {}
+            ref, hint = encode(ex, parts=parts, hint=hint)
+            request_data["body_ref"] = ref
+            request_data["parts"] = parts
+        else:
+            request_data["body"] = ex.request_body
         out.append(
             NewEvent(
                 name="llm.request",
@@ -19,7 +184,7 @@ def llm_events(exchanges: list[WireExchange], *, loop_id: uuid.UUID) -> list[New
                 http_method=ex.method,
                 url=ex.url,
                 status=ex.status,
-                request_data={"headers": ex.request_headers, "body": ex.request_body},
+                request_data=request_data,
                 response_data={"headers": ex.response_headers, "body": ex.response_body},
                 duration=ex.duration,
                 log=(
@@ -29,6 +194,8 @@ def llm_events(exchanges: list[WireExchange], *, loop_id: uuid.UUID) -> list[New
                 ),
             )
         )
+    if token is not None and hint is not None and out:
+        _pending[(loop_id, token)] = hint
     return out
 
 

@@ -1,14 +1,24 @@
 """Event rows: wire logs and transitions, append-only; pruned by the janitor.
 
+A new-form `llm.request` stores its body as a reference to its loop's wire parts
+(pipeline/wire.py); reading events rebuilds it (`rebuild`): the exact text sent, checked
+against the SHA-256 recorded when it was sent, and shown as `request_data.body` as before.
+Old-form rows (`request_data.body` stored whole, by older releases) read as they are.
+
 Guarantee: one statement per batch. Never: stores an unredacted secret (callers redact;
-`insert_many` scrubs again as a last line of defence).
+`insert_many` scrubs again as a last line of defence — a new-form row's parts were
+redacted piece by piece when first stored, and the rebuilt body is scrubbed on the way out).
 Called by: engine pipelines, lifecycle, the MCP endpoint, janitor.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from agentd import redact
@@ -23,6 +33,15 @@ async def insert_many(conn: Connection, events: Sequence[NewEvent]) -> None:
     await conn.execute(sql("event_insert_many"), *columns(events))
 
 
+def _request_data(data: Any) -> Any:
+    """Scrubbed, except a new-form row's parts: those were redacted piece by piece (and
+    scrubbing them would cost O(history) per turn — they are text, not structure)."""
+    if isinstance(data, dict) and "parts" in data:
+        rest = redact.scrub({k: v for k, v in data.items() if k != "parts"})
+        return {**rest, "parts": {k: redact.text(v) for k, v in data["parts"].items()}}
+    return redact.scrub(data)
+
+
 def columns(events: Sequence[NewEvent]) -> list[list[object]]:
     """The 13 parallel arrays `event_insert_many` unnests (redacted), for any statement
     that inserts events the same way."""
@@ -35,7 +54,7 @@ def columns(events: Sequence[NewEvent]) -> list[list[object]]:
             e.http_method,
             redact.text(e.url) if e.url else None,
             e.status,
-            redact.scrub(e.request_data),
+            _request_data(e.request_data),
             redact.scrub(e.response_data),
             e.duration,
             redact.text(e.log) if e.log else None,
@@ -49,11 +68,88 @@ def columns(events: Sequence[NewEvent]) -> list[list[object]]:
 
 
 async def list_(
-    conn: Connection, *, loop_id: UUID, after_id: int = 0, limit: int = 100
+    conn: Connection,
+    *,
+    loop_id: UUID,
+    after_id: int = 0,
+    limit: int = 100,
+    rebuild: bool = True,
 ) -> list[Event]:
-    return [
+    """A page of the loop's events; with `rebuild`, new-form wire logs carry their body."""
+    rows = [
         Event.from_record(r) for r in await conn.fetch(sql("event_list"), loop_id, after_id, limit)
     ]
+    if rebuild and any(_ref(e) is not None for e in rows):
+        parts = await wire_parts(conn, loop_id=loop_id)
+        memo: dict[str, list[str]] = {}
+        rows = [_rebuilt(e, parts, memo) for e in rows]
+    return rows
+
+
+async def wire_parts(conn: Connection, *, loop_id: UUID) -> dict[str, str]:
+    """Every stored wire part of a loop: hex key -> text."""
+    return {r["key"]: r["body"] for r in await conn.fetch(sql("event_wire_parts"), loop_id)}
+
+
+def _ref(e: Event) -> dict[str, Any] | None:
+    d = e.request_data
+    ref = d.get("body_ref") if isinstance(d, dict) else None
+    return ref if isinstance(ref, dict) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Rebuilt:
+    text: str | None  # None: a part is missing (pruned, or never committed)
+    sha256: str | None
+    verified: bool  # the text's SHA-256 is the one recorded when it was sent
+
+
+def pieces(manifest: str, parts: dict[str, str], memo: dict[str, list[str]]) -> list[str]:
+    """The piece keys a manifest lists, following its bases (iteratively: a chain is as
+    long as the loop). KeyError: a part is missing."""
+    chain: list[tuple[str, dict[str, Any]]] = []
+    key: str | None = manifest
+    while key is not None and key not in memo:
+        m = json.loads(parts[key])
+        chain.append((key, m))
+        key = m["b"]
+    cur = memo[key] if key is not None else []
+    for mkey, m in reversed(chain):
+        out: list[str] = []
+        for op in m["o"]:
+            if isinstance(op, list):
+                out.extend(cur[op[0] : op[1]])
+            else:
+                out.append(op)
+        memo[mkey] = cur = out
+    return memo[manifest]
+
+
+def rebuild(ref: dict[str, Any], parts: dict[str, str], memo: dict[str, list[str]]) -> Rebuilt:
+    """The body a `body_ref` names, exactly as it was stored, and whether it verifies."""
+    try:
+        text = "".join(parts[k] for k in pieces(ref["manifest"], parts, memo))
+    except (KeyError, ValueError, TypeError):
+        return Rebuilt(text=None, sha256=ref.get("sha256"), verified=False)
+    got = hashlib.sha256(text.encode()).hexdigest()
+    return Rebuilt(text=text, sha256=ref.get("sha256"), verified=got == ref.get("sha256"))
+
+
+def _rebuilt(e: Event, parts: dict[str, str], memo: dict[str, list[str]]) -> Event:
+    ref = _ref(e)
+    if ref is None:
+        return e
+    r = rebuild(ref, parts, memo)
+    data = dict(e.request_data)
+    body: Any = None
+    if r.text is not None:
+        try:
+            body = json.loads(r.text)
+        except ValueError:
+            body = r.text
+    data["body"] = redact.scrub(body)  # stored redacted; scrubbed again on the way out
+    data["body_ref"] = {**ref, "verified": r.verified, "available": r.text is not None}
+    return dataclasses.replace(e, request_data=data)
 
 
 async def list_named(
@@ -65,6 +161,17 @@ async def list_named(
 
 async def prune(conn: Connection, *, cutoff: datetime, batch: int) -> int:
     return int(await conn.fetchval(sql("event_prune"), cutoff, batch))
+
+
+async def prune_wire(conn: Connection, *, cutoff: datetime, batch: int) -> int:
+    """One batch of wire-log events (llm.request, mcp.*) older than the cutoff."""
+    return int(await conn.fetchval(sql("event_prune_wire"), cutoff, batch))
+
+
+async def prune_wire_parts(conn: Connection, *, cutoff: datetime, batch: int) -> int:
+    """One batch of the wire parts of loops whose newest part is older than the cutoff
+    (every request that referenced them is older too, so already pruned)."""
+    return int(await conn.fetchval(sql("event_prune_wire_parts"), cutoff, batch))
 
 
 async def publish(conn: Connection, payload: dict[str, object]) -> None:

@@ -34,6 +34,11 @@ class TurnPrefetch:
     # provider key id -> blocked_until, for every key inside a back-off at claim time
     backoffs: dict[str, datetime] = field(default_factory=dict)
     claimed_at: float = field(default_factory=time.monotonic)
+    # Set: a delta — only the messages after this id (and their tool calls); the caller
+    # holds the rest (engine/history_cache.py merges them).
+    after: int | None = None
+    # The worker's render memo for the loop (engine/prompt.py `Rendered`), when it holds one.
+    rendered: Any = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,7 @@ def turn_prefetch(rec: Any) -> TurnPrefetch:
         backoffs={
             k: datetime.fromisoformat(v) for k, v in (rec["prefetch_backoffs"] or {}).items()
         },
+        after=rec.get("prefetch_after"),
     )
 
 

@@ -84,6 +84,11 @@ async def set_flags(
     return _loop(await conn.fetchrow(sql("loop_set_flags"), loop_id, frozen, observed))
 
 
+async def merge_state(conn: Connection, *, loop_id: UUID, patch: dict[str, Any]) -> Loop | None:
+    """Merge `patch` into the loop's state (top-level keys replaced)."""
+    return _loop(await conn.fetchrow(sql("loop_merge_state"), loop_id, patch))
+
+
 async def finalize_turn(
     conn: Connection,
     *,

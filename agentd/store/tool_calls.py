@@ -88,6 +88,11 @@ async def checkpoint(
     )
 
 
+async def fail(conn: Connection, *, tool_call_id: int, error_message: str) -> ToolCall | None:
+    """Mark an unanswered call failed by a crash (the loop fails with it)."""
+    return _tc(await conn.fetchrow(sql("tool_call_fail"), tool_call_id, error_message))
+
+
 @dataclass(frozen=True)
 class Finished:
     message_id: int
@@ -128,6 +133,7 @@ async def finish(
     call_events: Sequence[NewEvent],
     attach: list[bool],
     chain_worker: UUID | None = None,
+    chain_after: int | None = None,
 ) -> Finished | None:
     """The end of a tool call in one round trip (`tool_call_finish`): optionally the
     checkpoint, the tool message, responded, the continuation, events, notifications.
@@ -155,6 +161,7 @@ async def finish(
         *events.columns(call_events),
         attach,
         chain_worker,
+        chain_after,
     )
     if rec is None or rec["outcome"] != "ok":
         return None

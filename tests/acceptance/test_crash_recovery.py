@@ -27,6 +27,9 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.timeout(120)]
 #: A dead worker's turn must be running again within this (the lease is 12 s).
 RECOVERY_BUDGET = LEASE / 3
 SLOW_TEXT = "Let me work this out carefully, one digit at a time. " * 12  # ~640 characters
+# A stream that outlasts any worker start (~8 minutes at 4 characters per 30 ms): the test
+# kills its worker mid-stream whenever the standby worker is up, never racing its end.
+ENDLESS_TEXT = SLOW_TEXT * 100
 
 
 def from_user(last: Any) -> bool:
@@ -69,7 +72,7 @@ async def test_sigkill_mid_stream_reruns_the_turn_at_once_with_one_answer_per_st
             Rule(
                 match=from_user,
                 reply=Reply(
-                    content=SLOW_TEXT,
+                    content=ENDLESS_TEXT,
                     tool_calls=[ToolCall("add", {"a": 2, "b": 3})],
                     chunk_size=4,
                     chunk_delay=0.03,
@@ -111,7 +114,7 @@ async def test_sigkill_mid_stream_reruns_the_turn_at_once_with_one_answer_per_st
     rows = await all_messages(pool, loop.id)
     assistant = [(m.step, m.hidden, m.status, m.content) for m in rows if m.role == "assistant"]
     (_, dead_hidden, dead_status, dead_content) = assistant[0]
-    assert dead_hidden and dead_status == "failed" and SLOW_TEXT.startswith(dead_content)
+    assert dead_hidden and dead_status == "failed" and ENDLESS_TEXT.startswith(dead_content)
     assert assistant[1:] == [
         (1, False, "completed", "Adding."),
         (2, False, "completed", "The sum is 5."),

@@ -10,7 +10,7 @@ from typing import Any, Protocol, TypeVar
 import httpx
 
 from agentd.errors import LLMProtocolError
-from agentd.llm import sse
+from agentd.llm import body, sse
 from agentd.llm.types import LLMRequest, LLMResponse, Provider, StreamDelta
 
 T = TypeVar("T")
@@ -85,10 +85,15 @@ def parse_arguments(raw: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+# json.dumps(arguments, ensure_ascii=False), built once (llm/body.py: a long loop's prompt
+# re-renders every earlier call's arguments each turn).
+_dump_arguments = body.encoder(separators=(", ", ": "), allow_nan=True)
+
+
 def dump_arguments(arguments: dict[str, Any] | None, raw: str) -> str:
     if arguments is None:
         return raw
-    return json.dumps(arguments, ensure_ascii=False)
+    return _dump_arguments(arguments)
 
 
 def new_call_id() -> str:

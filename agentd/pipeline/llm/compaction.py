@@ -27,7 +27,7 @@ import uuid
 from agentd import logs
 from agentd.agent import Agent, resolve
 from agentd.db.pool import transaction
-from agentd.engine import costs, dispatch, prompt, tokens
+from agentd.engine import costs, dispatch, loop_limits, prompt, tokens
 from agentd.engine.context import TurnContext
 from agentd.errors import FenceLost, LLMError, LLMProtocolError, MaxDurationExceeded
 from agentd.llm.types import LLMRequest, LLMResponse, Message, ToolSpec
@@ -79,8 +79,8 @@ class Compaction:
     async def __call__(self, ctx: TurnContext) -> None:
         agent = ctx.agent
         assert agent is not None
-        at_max_steps = agent.max_steps is not None and ctx.loop.step_count >= agent.max_steps
-        if not agent.context_window or at_max_steps:  # NetworkCalling raises the limit
+        # At its step limit: NetworkCalling raises it, nothing to compact for.
+        if not agent.context_window or loop_limits.at_max_steps(agent, ctx.loop):
             await self.app(ctx)
             return
         rows, calls = await ctx.prompt_inputs()
@@ -137,7 +137,9 @@ class Compaction:
             exc.exchanges = []  # type: ignore[attr-defined]  # recorded once, above
             raise
         ctx.response = resp
-        ctx.events.extend(llm_events(resp.exchanges, loop_id=ctx.loop.id))
+        ctx.events.extend(
+            llm_events(resp.exchanges, loop_id=ctx.loop.id, token=ctx.execution_token)
+        )
         text = (resp.content or "").strip()
         if not text:
             raise LLMProtocolError("the compaction turn returned no summary text")

@@ -18,7 +18,7 @@ import time
 
 from agentd.agent import resolve
 from agentd.db.pool import transaction
-from agentd.engine import costs, limits, prompt, tokens
+from agentd.engine import costs, limits, loop_limits, prompt, tokens
 from agentd.engine.context import TurnContext
 from agentd.errors import FenceLost, LLMError, MaxDurationExceeded, MaxStepsExceeded
 from agentd.llm.types import LLMRequest, StreamDelta
@@ -35,14 +35,16 @@ class NetworkCalling:
         agent = ctx.agent
         assert agent is not None
         settings = ctx.runtime.settings
-        if agent.max_steps is not None and ctx.loop.step_count >= agent.max_steps:
-            raise MaxStepsExceeded(f"max_steps ({agent.max_steps}) reached")
+        if loop_limits.at_max_steps(agent, ctx.loop):
+            limit = loop_limits.max_steps(agent, ctx.loop)
+            raise MaxStepsExceeded(f"max_steps ({limit}) reached")
         tokens.check_budget(agent, ctx.loop)
         costs.check_budget(agent, ctx.loop)
         provider = await resolve(agent.llm_provider())
         if not ctx.history:  # Compaction (or a host middleware) may have built it already
             rows, calls = await ctx.prompt_inputs()
-            ctx.history = prompt.history(agent.system_prompt, rows, calls)
+            memo = getattr(ctx.prefetch, "rendered", None)  # the worker's, for this loop
+            ctx.history = prompt.history(agent.system_prompt, rows, calls, memo=memo)
         ctx.request = LLMRequest(
             provider=provider,
             messages=ctx.history,
@@ -87,7 +89,9 @@ class NetworkCalling:
             await on_delta(None)  # cancel the pending flush task, if any
         ctx.runtime.telemetry.llm_attempts(ctx, ctx.response.exchanges)
         await gate.settle(ctx.response.usage)
-        ctx.events.extend(llm_events(ctx.response.exchanges, loop_id=ctx.loop.id))
+        ctx.events.extend(
+            llm_events(ctx.response.exchanges, loop_id=ctx.loop.id, token=ctx.execution_token)
+        )
         await self.app(ctx)
 
     async def _open_shell(self, ctx: TurnContext):  # type: ignore[no-untyped-def]

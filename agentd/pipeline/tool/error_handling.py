@@ -3,8 +3,9 @@
 Position: first. A lost fence is logged and swallowed; cancellation propagates; a lost
 database connection is not the tool's failure: the call is handed back (fenced; a checkpointed
 result is kept), or, if the database is still away, its lease lapses and the reaper re-runs
-it with the same idempotency key; any other error records `error_message` on the call and
-fails the loop (fenced by the generation).
+it with the same idempotency key; any other error marks the call failed (`is_success` false,
+`error_message` what failed it, lease dropped; a checkpointed result is kept) and fails the
+loop, in one transaction fenced by the generation.
 Finalizer: no. Tool failures the model should see never reach here: ToolExecution turns
 them into error results.
 """
@@ -75,6 +76,8 @@ class ErrorHandling:
                 if row is None:
                     ctx.runtime.telemetry.tool_call_outcome(ctx, "fence_lost")
                     return
+                # Under the loop lock just taken (loop first, then the call).
+                await tool_calls.fail(conn, tool_call_id=tc.id, error_message=text)
                 await events.insert_many(
                     conn,
                     [

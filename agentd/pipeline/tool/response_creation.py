@@ -110,6 +110,11 @@ class ResponseCreation:
                 ],
                 attach=[False] * len(ctx.events) + [True],
                 chain_worker=runtime.worker_id if chain else None,
+                chain_after=(
+                    runtime.handoff.chain_after(tc.loop_id, ctx.generation)
+                    if chain and runtime.handoff is not None
+                    else None
+                ),
             )
 
 

@@ -160,7 +160,12 @@ class ToolExecution:
                     input_responses=answer.get("inputResponses") if answer else None,
                     request_state=answer.get("requestState") if answer else None,
                     task=self._task_request(ctx) if answer is None else None,
+                    input_schema=tool.input_schema,
                 )
+                if outcome.client_error is not None:  # agentd's bug, logged by the client
+                    ctx.runtime.telemetry.mcp_client_error(
+                        server=tool.mcp_name, code=outcome.client_error
+                    )
                 if outcome.input_required is not None or outcome.task is not None:
                     return await self._wait(ctx, client, context, outcome)
         except TimeoutError:

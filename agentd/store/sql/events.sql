@@ -74,3 +74,40 @@ SELECT * FROM events WHERE inbound_session_id = $1 AND id > $2 ORDER BY id LIMIT
 -- StreamFlusher: every observed stream's pending delta, in one statement.
 -- $1 payloads text[] (JSON, each < 8000 bytes)
 SELECT pg_notify('agentd_stream', p) FROM unnest($1::text[]) AS p;
+
+-- name: event_wire_parts :many
+-- Reading a loop's events: every wire part of the loop, to rebuild new-form request bodies
+-- (migrations/0010); no fence.
+-- $1 loop_id uuid
+SELECT encode(key, 'hex') AS key, body FROM wire_parts WHERE loop_id = $1;
+
+-- name: event_prune_wire :val
+-- Janitor (wire-log retention); one batch of llm.request / mcp.* events older than the
+-- cutoff, oldest first, along events_wire_created (migrations/0011); no fence.
+-- $1 cutoff timestamptz · $2 batch int
+WITH d AS (
+    DELETE FROM events WHERE id IN (
+        SELECT id FROM events
+        WHERE created_at < $1 AND (name = 'llm.request' OR name LIKE 'mcp.%')
+        ORDER BY created_at, id LIMIT $2)
+    RETURNING 1
+)
+SELECT count(*)::bigint FROM d;
+
+-- name: event_prune_wire_parts :val
+-- Janitor (wire-log retention); one batch of parts of loops whose newest part is older
+-- than the cutoff. A part stored again since is touched by the insert trigger, and this
+-- DELETE re-checks created_at on the version it finds; no fence.
+-- $1 cutoff timestamptz · $2 batch int
+WITH c AS (
+    SELECT p.loop_id, p.key FROM wire_parts p
+    WHERE p.created_at < $1
+      AND NOT EXISTS (SELECT 1 FROM wire_parts n
+                      WHERE n.loop_id = p.loop_id AND n.created_at >= $1)
+    ORDER BY p.created_at LIMIT $2
+), d AS (
+    DELETE FROM wire_parts w USING c
+    WHERE w.loop_id = c.loop_id AND w.key = c.key AND w.created_at < $1
+    RETURNING 1
+)
+SELECT count(*)::bigint FROM d;

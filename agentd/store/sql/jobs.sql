@@ -17,7 +17,9 @@ SELECT pg_notify('agentd_jobs', $1);
 -- are skipped (snapshot view, so other keys are never blocked behind them), and the slot
 -- is taken by an upsert that re-checks the key's counter on its newest version under the
 -- key's row lock; if a racing claim took the last slot, the job stays (job_taken false).
--- Lock order job -> loop -> key, as every statement that releases a slot (loop -> key).
+-- Lock order: the job is taken SKIP LOCKED (nobody ever waits for a job row, see
+-- job_delete_for_loop), then the loop, then the key, as every statement that releases a
+-- slot (loop -> key); docs/security.md.
 -- $1 execution_token uuid (fresh) · $2 worker_id uuid · $3 default_lease_seconds float
 WITH c AS (
     SELECT jb.id, jb.loop_id, jb.generation, jb.lease_seconds FROM jobs jb
@@ -31,7 +33,7 @@ WITH c AS (
     FROM loops lo JOIN c ON lo.id = c.loop_id
     WHERE lo.status = 'queued' AND NOT lo.frozen
       AND lo.execution_token IS NOT DISTINCT FROM c.generation
-    FOR UPDATE OF lo
+    FOR NO KEY UPDATE OF lo
 ), k AS (
     INSERT INTO concurrency_keys AS ck (key, running)
     SELECT concurrency_key, 1 FROM cand
@@ -121,6 +123,8 @@ FROM jobs GROUP BY queue;
 SELECT * FROM jobs WHERE loop_id = $1 ORDER BY id;
 
 -- name: job_delete_for_loop :exec
--- Pause/stop: drop pending jobs (they would be stale anyway).
+-- Pause/stop under the loop lock: drop pending jobs (they would be stale anyway). A job a
+-- claim holds is skipped, not waited for (the claim holds it waiting for this loop: a
+-- deadlock); that claim then finds the loop moved on and drops the job itself.
 -- $1 loop_id uuid
-DELETE FROM jobs WHERE loop_id = $1;
+DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE loop_id = $1 FOR UPDATE SKIP LOCKED);

@@ -13,7 +13,7 @@ SELECT * FROM loops WHERE id = $1;
 -- name: loop_get_for_update :one
 -- Lifecycle transitions; takes the row lock every fence re-checks under.
 -- $1 id uuid
-SELECT * FROM loops WHERE id = $1 FOR UPDATE;
+SELECT * FROM loops WHERE id = $1 FOR NO KEY UPDATE;
 
 -- name: loop_list :many
 -- API list, newest first, keyset cursor (created_at, id).
@@ -39,6 +39,14 @@ RETURNING *;
 -- $1 id uuid · $2 frozen bool|null · $3 observed bool|null
 UPDATE loops
 SET frozen = coalesce($2, frozen), observed = coalesce($3, observed), updated_at = now()
+WHERE id = $1
+RETURNING *;
+
+-- name: loop_merge_state :one
+-- Lifecycle.resume under the loop lock: the loop's own limits (`max_steps`,
+-- `max_tokens_total`) merged into its state; no fence (the lock is the caller's).
+-- $1 id uuid · $2 patch jsonb
+UPDATE loops SET state = state || $2::jsonb, updated_at = now()
 WHERE id = $1
 RETURNING *;
 
@@ -212,7 +220,7 @@ WITH r AS (
     JOIN unnest($1::uuid[], $2::uuid[]) AS x(id, token)
       ON l.id = x.id AND l.execution_token = x.token AND l.status = 'running'
          AND l.lease_expires_at IS NOT NULL
-    FOR UPDATE OF l
+    FOR NO KEY UPDATE OF l
 ), u AS (
     UPDATE loops SET status = 'queued', execution_token = gen_random_uuid(),
         lease_expires_at = NULL, worker_id = NULL, status_reason = 'released_on_shutdown',
@@ -236,7 +244,7 @@ WITH r AS (
       AND (lease_expires_at < now() OR worker_id = ANY($1::uuid[]))
     ORDER BY id
     LIMIT $2
-    FOR UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE SKIP LOCKED
 ), u AS (
     UPDATE loops SET status = 'queued', execution_token = gen_random_uuid(),
         lease_expires_at = NULL, worker_id = NULL,
@@ -274,7 +282,7 @@ WITH r AS (
                AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.loop_id = l.id)))
     ORDER BY l.id
     LIMIT $2
-    FOR UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE SKIP LOCKED
 ), u AS (
     UPDATE loops SET execution_token = gen_random_uuid(), updated_at = now(),
         status_reason = 'reaped_queued'
@@ -299,7 +307,7 @@ WITH r AS (
       AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.loop_id = l.id)
     ORDER BY l.id
     LIMIT $2
-    FOR UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE SKIP LOCKED
 ), u AS (
     UPDATE loops SET status = 'queued', execution_token = gen_random_uuid(),
         status_reason = 'reaped_dropped_continuation', updated_at = now()

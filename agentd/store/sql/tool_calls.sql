@@ -16,7 +16,7 @@ SELECT * FROM tool_calls WHERE id = $1;
 -- name: tool_call_get_for_update :one
 -- Approvals; row lock.
 -- $1 id bigint
-SELECT * FROM tool_calls WHERE id = $1 FOR UPDATE;
+SELECT * FROM tool_calls WHERE id = $1 FOR NO KEY UPDATE;
 
 -- name: tool_call_list_for_loop :many
 -- Transcript and prompt building; no fence.
@@ -39,6 +39,19 @@ SET result = $3, structured_result = $4, is_success = $5, error_message = $6,
 WHERE id = $1 AND lease_token = $2 AND executed_at IS NULL
 RETURNING *;
 
+-- name: tool_call_fail :one
+-- Tool ErrorHandling, after a middleware crashed, in the transaction that fails the loop
+-- (the loop row is already locked: loop first). The call gets what failed it, is no longer
+-- leased, and a checkpointed result is kept. Fence: no result message yet.
+-- $1 id bigint · $2 error_message text
+UPDATE tool_calls
+SET status = CASE WHEN executed_at IS NULL THEN 'failed' ELSE status END,
+    is_success = CASE WHEN executed_at IS NULL THEN false ELSE is_success END,
+    error_message = coalesce(error_message, $2),
+    lease_token = NULL, leased_until = NULL, lease_worker_id = NULL, updated_at = now()
+WHERE id = $1 AND response_message_id IS NULL
+RETURNING *;
+
 -- name: tool_call_finish :one
 -- ResponseCreation, the whole end of a tool call in one round trip: the function
 -- (migrations/0008) locks the loop, checks every fence before writing (generation, this
@@ -46,16 +59,17 @@ RETURNING *;
 -- inserts the `tool` message, marks the call responded, then reads the unresolved siblings
 -- under the lock: sequential, the next one's job (unless it awaits a decision); none left,
 -- the loop back to queued on $12 and the next turn's job — or, chained (migrations/0009,
--- $32 a worker), that turn claimed for the worker on $12 and returned with its prefetch;
+-- $32 a worker), that turn claimed for the worker on $12 and returned with its prefetch
+-- (migrations/0010: with $33, only the messages after that id — the worker holds the rest);
 -- the events (`attach` ones get the message id) and the notifications. outcome
 -- 'fence_lost': nothing was written.
--- $1 id bigint · $2 loop_id uuid · $3 lease_token uuid · $4 generation uuid · $5 checkpoint bool · $6 result text · $7 structured jsonb · $8 is_success bool · $9 error_message text · $10 duration float · $11 sequential bool · $12 new_token uuid · $13 status_reason text · $14 llm_lease_seconds float · $15 tool_lease_seconds float · $16 notify_llm bool · $17 notify_tool bool · $18..$30 the event_insert_many columns · $31 attach bool[] · $32 chain_worker uuid|null
+-- $1 id bigint · $2 loop_id uuid · $3 lease_token uuid · $4 generation uuid · $5 checkpoint bool · $6 result text · $7 structured jsonb · $8 is_success bool · $9 error_message text · $10 duration float · $11 sequential bool · $12 new_token uuid · $13 status_reason text · $14 llm_lease_seconds float · $15 tool_lease_seconds float · $16 notify_llm bool · $17 notify_tool bool · $18..$30 the event_insert_many columns · $31 attach bool[] · $32 chain_worker uuid|null · $33 chain_after bigint|null
 SELECT * FROM agentd_tool_call_finish(
     $1::bigint, $2::uuid, $3::uuid, $4::uuid, $5::bool, $6::text, $7::jsonb, $8::bool,
     $9::text, $10::float8, $11::bool, $12::uuid, $13::text, $14::float8, $15::float8,
     $16::bool, $17::bool, $18::uuid[], $19::text[], $20::text[], $21::text[], $22::text[],
     $23::int[], $24::jsonb[], $25::jsonb[], $26::float8[], $27::text[], $28::bigint[],
-    $29::bigint[], $30::bigint[], $31::bool[], $32::uuid);
+    $29::bigint[], $30::bigint[], $31::bool[], $32::uuid, $33::bigint);
 
 -- name: tool_call_mark_responded :one
 -- ResponseCreation under the loop lock; fence: still this lease and no response yet.
@@ -113,10 +127,12 @@ WHERE loop_id = $1
 -- name: tool_call_reap_stalled :many
 -- Reaper case 2: unresolved calls whose lease expired, whose worker died, or that have
 -- neither a lease nor a job (a dropped enqueue). Clears the lease and re-enqueues with the
--- loop's current generation; a checkpointed call will replay, not re-run.
+-- loop's current generation; a checkpointed call will replay, not re-run. Lock order loop,
+-- then call (docs/security.md), both SKIP LOCKED: a loop or call someone holds is left to
+-- the next sweep, and a call changed since it was read here (another row version) is too.
 -- $1 dead_workers uuid[] · $2 grace_seconds float · $3 limit int
-WITH r AS (
-    SELECT tc.id, l.execution_token, tc.leased_until IS NOT NULL AS was_leased,
+WITH c AS (
+    SELECT tc.id, tc.loop_id, tc.xmin AS v, tc.leased_until IS NOT NULL AS was_leased,
            coalesce(tc.lease_worker_id = ANY($1::uuid[]), false) AS dead_worker
     FROM tool_calls tc JOIN loops l ON l.id = tc.loop_id
     WHERE tc.response_message_id IS NULL
@@ -136,7 +152,18 @@ WITH r AS (
                                       AND p.response_message_id IS NULL))))
     ORDER BY tc.id
     LIMIT $3
-    FOR UPDATE OF tc SKIP LOCKED
+), l AS (
+    SELECT lp.id, lp.execution_token FROM loops lp
+    WHERE lp.id IN (SELECT loop_id FROM c) AND lp.status IN ('running', 'waiting')
+      AND NOT lp.frozen
+    ORDER BY lp.id
+    FOR NO KEY UPDATE SKIP LOCKED
+), r AS (
+    SELECT tc.id, l.execution_token, c.was_leased, c.dead_worker
+    FROM tool_calls tc JOIN c ON c.id = tc.id JOIN l ON l.id = tc.loop_id
+    WHERE tc.xmin = c.v
+    ORDER BY tc.id
+    FOR NO KEY UPDATE OF tc SKIP LOCKED
 ), u AS (
     UPDATE tool_calls SET lease_token = NULL, leased_until = NULL, lease_worker_id = NULL,
         status = CASE WHEN executed_at IS NULL THEN 'pending' ELSE status END,
@@ -152,14 +179,25 @@ SELECT id, loop_id, was_leased, dead_worker FROM u;
 
 -- name: tool_call_expire_approvals :many
 -- Reaper: pending decisions past their deadline are denied as expired and re-enqueued so
--- the ApprovalGate emits the rejection the model sees.
+-- the ApprovalGate emits the rejection the model sees. Lock order loop, then call, both
+-- SKIP LOCKED (a decision under way holds the loop; the next sweep sees what it decided).
 -- $1 limit int
-WITH r AS (
-    SELECT tc.id, l.execution_token FROM tool_calls tc JOIN loops l ON l.id = tc.loop_id
+WITH c AS (
+    SELECT tc.id, tc.loop_id, tc.xmin AS v FROM tool_calls tc JOIN loops l ON l.id = tc.loop_id
     WHERE tc.approval_status = 'pending' AND tc.approval_deadline < now()
       AND l.status IN ('running', 'waiting')
     ORDER BY tc.id LIMIT $1
-    FOR UPDATE OF tc SKIP LOCKED
+), l AS (
+    SELECT lp.id, lp.execution_token FROM loops lp
+    WHERE lp.id IN (SELECT loop_id FROM c) AND lp.status IN ('running', 'waiting')
+    ORDER BY lp.id
+    FOR NO KEY UPDATE SKIP LOCKED
+), r AS (
+    SELECT tc.id, l.execution_token
+    FROM tool_calls tc JOIN c ON c.id = tc.id JOIN l ON l.id = tc.loop_id
+    WHERE tc.xmin = c.v
+    ORDER BY tc.id
+    FOR NO KEY UPDATE OF tc SKIP LOCKED
 ), u AS (
     UPDATE tool_calls SET approval_status = 'expired', decided_at = now(),
         decided_by = 'reaper', decision_reason = 'approval deadline passed',
@@ -173,34 +211,48 @@ WITH r AS (
 SELECT id, loop_id FROM u;
 
 -- name: tool_call_release_leases :exec
--- Graceful shutdown: give unfinished, unexecuted calls back with a job, at once.
+-- Graceful shutdown: give unfinished, unexecuted calls back with a job, at once (a job
+-- only while the loop is live: a paused loop re-dispatches on resume). Lock order: the
+-- calls' loops (in id order), then the calls.
 -- $1 ids bigint[] · $2 tokens uuid[]
-WITH r AS (
-    SELECT tc.id, l.execution_token FROM tool_calls tc
-    JOIN unnest($1::bigint[], $2::uuid[]) AS x(id, token)
-      ON tc.id = x.id AND tc.lease_token = x.token
-    JOIN loops l ON l.id = tc.loop_id
+WITH x AS (
+    SELECT * FROM unnest($1::bigint[], $2::uuid[]) AS x(id, token)
+), l AS (
+    SELECT lp.id, lp.execution_token, lp.status IN ('running', 'waiting') AS live
+    FROM loops lp
+    WHERE lp.id IN (SELECT tc.loop_id FROM tool_calls tc JOIN x ON tc.id = x.id)
+    ORDER BY lp.id
+    FOR NO KEY UPDATE
+), r AS (
+    SELECT tc.id, l.execution_token, l.live FROM tool_calls tc
+    JOIN x ON tc.id = x.id AND tc.lease_token = x.token
+    JOIN l ON l.id = tc.loop_id
     WHERE tc.response_message_id IS NULL
-    FOR UPDATE OF tc
+    ORDER BY tc.id
+    FOR NO KEY UPDATE OF tc
 ), u AS (
     UPDATE tool_calls SET lease_token = NULL, leased_until = NULL, lease_worker_id = NULL,
         status = CASE WHEN executed_at IS NULL THEN 'pending' ELSE status END,
         updated_at = now()
     FROM r WHERE tool_calls.id = r.id
-    RETURNING tool_calls.id, tool_calls.loop_id, r.execution_token
+    RETURNING tool_calls.id, tool_calls.loop_id, r.execution_token, r.live
 )
 INSERT INTO jobs (queue, kind, loop_id, tool_call_id, generation)
-SELECT 'tool', 'tool_call', loop_id, id, execution_token FROM u;
+SELECT 'tool', 'tool_call', loop_id, id, execution_token FROM u WHERE live;
 
 -- name: tool_call_release_own :exec
 -- A finalize cancelled after its commit may have leased calls to its worker (chaining) that
 -- nobody will run: queue them now instead of waiting out the lease. Fence: the tokens.
+-- Lock order: the loop, then its calls.
 -- $1 loop_id uuid · $2 tokens uuid[]
-WITH r AS (
-    SELECT tc.id, l.execution_token FROM tool_calls tc JOIN loops l ON l.id = tc.loop_id
-    WHERE tc.loop_id = $1 AND tc.lease_token = ANY($2::uuid[])
+WITH l AS (
+    SELECT id, execution_token FROM loops WHERE id = $1 FOR NO KEY UPDATE
+), r AS (
+    SELECT tc.id, l.execution_token FROM tool_calls tc JOIN l ON l.id = tc.loop_id
+    WHERE tc.lease_token = ANY($2::uuid[])
       AND tc.response_message_id IS NULL AND tc.executed_at IS NULL
-    FOR UPDATE OF tc
+    ORDER BY tc.id
+    FOR NO KEY UPDATE OF tc
 ), u AS (
     UPDATE tool_calls SET lease_token = NULL, leased_until = NULL, lease_worker_id = NULL,
         status = 'pending', updated_at = now()
@@ -243,7 +295,7 @@ WITH c AS (
     SELECT t.id FROM tool_calls t JOIN messages m ON m.id = t.message_id
     WHERE t.loop_id = $1 AND t.response_message_id IS NULL AND m.superseded_at IS NOT NULL
     ORDER BY t.id
-    FOR UPDATE OF t
+    FOR NO KEY UPDATE OF t
 ), r AS (
     INSERT INTO messages (loop_id, role, content, tool_call_id, superseded_at)
     SELECT $1, 'tool', 'cancelled: superseded by regenerate', id, now() FROM c ORDER BY id

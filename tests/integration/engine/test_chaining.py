@@ -287,7 +287,7 @@ async def test_the_older_finish_signature_never_chains(pool: Pool) -> None:
     # Code of the previous release calls the 0008 signature during a rolling upgrade.
     from agentd.store.queries import sql
 
-    old = sql("tool_call_finish").replace(", $32::uuid)", ")")
+    old = sql("tool_call_finish").replace(", $32::uuid, $33::bigint)", ")")
     async with connection(pool) as conn:
         row, call = await _one_call(conn)
         rec = await conn.fetchrow(
@@ -297,6 +297,43 @@ async def test_the_older_finish_signature_never_chains(pool: Pool) -> None:
         )  # fmt: skip
         assert rec is not None and rec["outcome"] == "ok" and rec["llm_jobs"] == 1
         assert "chained_loop" not in rec.keys()  # noqa: SIM118 (a Record: `in` reads values)
+
+
+async def test_the_0009_signature_still_chains_with_a_full_read(pool: Pool) -> None:
+    # Workers of the release before 0010 call the 32-argument form: chained, full history.
+    from agentd.store.queries import sql
+
+    old = sql("tool_call_finish").replace(", $33::bigint)", ")")
+    worker = uuid.uuid4()
+    async with connection(pool) as conn:
+        row, call = await _one_call(conn)
+        rec = await conn.fetchrow(
+            old, call.id, row.id, call.lease_token, row.execution_token, True, "3", None,
+            True, None, 0.01, False, uuid.uuid4(), "tools_resolved", 40.0, 30.0, False,
+            False, [], [], [], [], [], [], [], [], [], [], [], [], [], [], worker,
+        )  # fmt: skip
+    assert rec is not None and rec["outcome"] == "ok" and rec["chained_loop"] is not None
+    assert [m["role"] for m in rec["prefetch_messages"]] == ["user", "assistant", "tool"]
+    assert "prefetch_after" not in rec.keys()  # noqa: SIM118 (a Record: `in` reads values)
+
+
+async def test_a_delta_finish_returns_only_rows_after_the_given_id(pool: Pool) -> None:
+    async with connection(pool) as conn:
+        row, call = await _one_call(conn)
+        last = await conn.fetchval("SELECT max(id) FROM messages WHERE loop_id = $1", row.id)
+        done = await tool_calls.finish(
+            conn, tool_call_id=call.id, loop_id=row.id, lease_token=call.lease_token,
+            generation=row.execution_token, checkpoint=tool_calls.Checkpoint(
+                result="3", structured=None, is_success=True, error_message=None,
+                duration=0.01),
+            sequential=False, new_token=uuid.uuid4(), status_reason="tools_resolved",
+            llm_lease_seconds=40.0, tool_lease_seconds=30.0, notify_llm=False,
+            notify_tool=False, call_events=[], attach=[], chain_worker=uuid.uuid4(),
+            chain_after=last,
+        )  # fmt: skip
+    assert done is not None and done.prefetch is not None and done.prefetch.after == last
+    assert [m.role for m in done.prefetch.messages] == ["tool"]  # just the result it wrote
+    assert [t.id for t in done.prefetch.tool_calls] == [call.id]
 
 
 async def test_a_turn_claimed_by_a_cancelled_finish_goes_back_to_the_queue(pool: Pool) -> None:

@@ -315,9 +315,10 @@ async def test_dead_worker_stays_known_until_every_row_it_held_is_reclaimed(pool
         dead = await factories.worker(conn, dead=True)
         loop = await factories.loop(conn, status="running", lease_in=600, worker_id=dead)
     async with pool.acquire() as blocker, blocker.transaction():
-        # Someone briefly holds the loop row (an FK insert, a lifecycle call...): the
-        # liveness pass skips it, and must not forget the dead worker meanwhile.
-        await blocker.execute("SELECT 1 FROM loops WHERE id = $1 FOR KEY SHARE", loop.id)
+        # Someone briefly holds the loop row (a lifecycle call, a finalizer; an FK insert's
+        # KEY SHARE no longer blocks anyone): the liveness pass skips it, and must not
+        # forget the dead worker meanwhile.
+        await blocker.execute("SELECT 1 FROM loops WHERE id = $1 FOR NO KEY UPDATE", loop.id)
         first = await reaper(pool).liveness_once()
     assert first.dead_worker_turns == 0
     second = await reaper(pool).liveness_once()

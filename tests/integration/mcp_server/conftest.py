@@ -29,6 +29,10 @@ MOUNTS = {
         "authorizer": "mcp_server_fixtures:async_demo_tokens",
         "allowed_hosts": ["mcp.example.com"],
     },
+    "hostile": {
+        "toolset": "mcp_server_fixtures:hostile",
+        "authorizer": "mcp_server_fixtures:async_demo_tokens",
+    },
     "open": {
         "toolset": "mcp_server_fixtures:build_demo",
         "authorizer": "mcp_server_fixtures:allow_all",

@@ -85,6 +85,27 @@ def echo(text: str) -> str:
     return text
 
 
+def build_hostile() -> CountingToolset:
+    """String-taking tools and prompts, for hostile-input tests."""
+    hostile = CountingToolset("hostile", version="1.0.0")
+
+    @hostile.tool(description="Echo the text")
+    def echo(text: str) -> str:
+        return text
+
+    @hostile.tool(description="Echo the text as structured content")
+    def echo_structured(text: str, note: str = "") -> dict[str, str]:
+        return {"text": text, "note": note}
+
+    @hostile.prompt(description="Echo an argument", arguments=[{"name": "text", "required": True}])
+    def echo_prompt(args: dict[str, Any], ctx: CallContext) -> str:
+        return f"said: {args['text']}"
+
+    return hostile
+
+
+hostile = build_hostile()
+
 seen_tokens: list[str | None] = []
 
 

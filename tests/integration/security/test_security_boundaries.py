@@ -123,6 +123,13 @@ async def test_every_route_of_the_full_app_refuses_a_missing_or_wrong_token(
             )
             if path in PROBES:
                 assert r.status_code in (200, 503)
+            elif path.startswith("/.well-known/oauth-protected-resource/"):
+                # RFC 9728 metadata is public by design: it says how to authenticate.
+                assert r.status_code == 200 and "resource" in r.json()
+                assert TOKEN not in r.text
+            elif path == "/":  # the entry redirect: it carries nothing, and lands on a login
+                assert r.status_code in (307, 405), (method, r.status_code)
+                assert r.headers.get("location", "/admin") == "/admin", r.headers
             elif (method, path) in ADMIN_PUBLIC:
                 continue
             elif path.startswith("/mcp/"):
