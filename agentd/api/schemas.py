@@ -118,14 +118,14 @@ class Resume(_In):
         description="Statuses the loop may be resumed from (default: init, paused, failed, "
         "stopped). Add `completed` to re-run a finished loop.",
     )
-    max_steps: int | None = Field(
+    max_steps: Int | None = Field(
         None,
         ge=1,
         le=1_000_000,
         description="Set this loop's own step limit (kept in its state) before resuming: "
         "a loop paused by max_steps goes on. Must exceed its step_count.",
     )
-    max_tokens_total: int | None = Field(
+    max_tokens_total: Int | None = Field(
         None,
         ge=1,
         le=10**12,
