@@ -17,7 +17,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 
 from agentd.api import auth, problems
-from agentd.db.pool import connection
+from agentd.db.pool import Pool, connection
 from agentd.engine.service import unconsumed_queues
 from agentd.observability.metrics import Telemetry
 from agentd.settings import QUEUES
@@ -73,13 +73,13 @@ class FleetGauges:
             registry=r,
         )
 
-    async def refresh(self, pool: object) -> None:
-        async with connection(pool) as conn:  # type: ignore[arg-type]
+    async def refresh(self, pool: Pool) -> None:
+        async with connection(pool) as conn:
             by_status = await loops.count_by_status(conn)
             depth = await jobs.depth(conn)
             fleet = await workers.list_(conn)
             keys = await providers.list_(conn, window_seconds=60.0)
-        missing = set(await unconsumed_queues(pool))  # type: ignore[arg-type]
+        missing = set(await unconsumed_queues(pool))
         self.loops.clear()
         for status, agent, n in by_status:
             self.loops.labels(status=status, agent=agent).set(n)
