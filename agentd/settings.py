@@ -143,7 +143,9 @@ class Settings(BaseSettings):
         None, description="Bearer token for the API. Unset: `agentd up` generates one."
     )
     read_tokens: Annotated[list[SecretStr], NoDecode] = Field(
-        default_factory=list, description="Extra tokens that may only read."
+        default_factory=list,
+        description='Extra tokens that may only read: a JSON list (`["t1", "t2"]`) or '
+        "comma-separated (`t1,t2`).",
     )
     host: str = Field("127.0.0.1", description="API bind address.")
     port: int = Field(8080, ge=0, le=65535, description="API port.")
@@ -315,9 +317,20 @@ class Settings(BaseSettings):
     @field_validator("read_tokens", mode="before")
     @classmethod
     def _split_tokens(cls, v: Any) -> Any:
-        if isinstance(v, str):
-            v = [t.strip() for t in v.split(",") if t.strip()]
-        return v
+        if not isinstance(v, str):
+            return v
+        text = v.strip()
+        if text.startswith("["):  # the documented form; `["tok"]` must never be the token
+            import json
+
+            try:
+                tokens = json.loads(text)
+            except ValueError:
+                raise ValueError("read_tokens starts with [ but is not a JSON list") from None
+            if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+                raise ValueError("read_tokens must be a JSON list of strings")
+            return [t.strip() for t in tokens if t.strip()]
+        return [t.strip() for t in text.split(",") if t.strip()]
 
     @field_validator("queues", mode="before")
     @classmethod

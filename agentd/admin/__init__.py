@@ -13,7 +13,17 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from agentd.admin import auth, dashboard, inspector, live, login, loops, render, webhooks
+from agentd.admin import (
+    auth,
+    dashboard,
+    forms,
+    inspector,
+    live,
+    login,
+    loops,
+    render,
+    webhooks,
+)
 from agentd.api.state import AppState
 
 PREFIX = "/admin"
@@ -24,10 +34,15 @@ def mount(app: FastAPI, state: AppState) -> None:
     other route needs an admin session (cookie) or the API's bearer token."""
     app.state.admin_hub = live.Hub(state.database_url)
     app.add_exception_handler(auth.AdminDenied, render.on_denied)
+    app.add_exception_handler(forms.FormInvalid, render.on_invalid)
 
-    app.include_router(login.router)
+    # Input is cleaned after auth, so an anonymous caller learns nothing from it.
+    app.include_router(login.router, dependencies=[Depends(forms.clean_input)])
     for private in (dashboard.router, loops.router, inspector.router, webhooks.router):
-        app.include_router(private, dependencies=[Depends(auth.require_session)])
+        app.include_router(
+            private,
+            dependencies=[Depends(auth.require_session), Depends(forms.clean_input)],
+        )
 
     app.mount(
         PREFIX + "/static",

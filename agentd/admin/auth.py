@@ -4,6 +4,8 @@ The cookie never holds a token. It holds `role.token_id.expires.nonce.mac`: `tok
 `mac` are HMAC-SHA256 under a key derived from the operator token, so a session survives a
 restart and works on every API replica, ends when its token is rotated or removed, and a
 read-only token cannot mint an operator session. Every comparison is `hmac.compare_digest`.
+Logging out revokes the session server-side (its nonce goes to `admin_session_revocations`,
+checked on every cookie request), so a copied cookie stops working everywhere at once.
 
 POSTs made with the cookie carry a synchronizer token (`csrf` form field or `X-CSRF-Token`
 header) derived from the session's nonce; a missing or wrong one is refused with 403. The
@@ -21,12 +23,15 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import Response
 
 from agentd.api.state import AppState
+from agentd.db.pool import connection, transaction
+from agentd.store import admin_sessions
 
 COOKIE = "agentd_admin"
 LOGIN_COOKIE = "agentd_admin_login"  # double-submit token of the login form
@@ -50,6 +55,8 @@ class Session:
     role: str  # "operator" | "reader"
     via: str  # "cookie" | "bearer"
     csrf: str  # "" for bearer requests
+    session_id: str = ""  # the cookie's nonce: what logout revokes ("" for bearer requests)
+    expires: int = 0  # when the cookie expires (unix seconds)
 
     @property
     def can_act(self) -> bool:
@@ -122,18 +129,40 @@ def verify(state: AppState, value: str, *, now: float | None = None) -> Session 
     # The token it was issued for must still be configured, with the same role.
     if _role_of_token_id(state, key, tid) != role:
         return None
-    return Session(role=role, via="cookie", csrf=_mac(key, "csrf", nonce)[:32])
+    return Session(
+        role=role,
+        via="cookie",
+        csrf=_mac(key, "csrf", nonce)[:32],
+        session_id=nonce,
+        expires=int(expires),
+    )
 
 
-def current(request: Request) -> Session | None:
-    """The caller's session from the cookie or a bearer header, or None."""
+async def current(request: Request) -> Session | None:
+    """The caller's session from the cookie or a bearer header, or None.
+
+    A cookie must verify (signature, expiry, its token still configured) and must not have
+    been revoked by a logout."""
     state = _state(request)
     header = request.headers.get("authorization", "")
     if header[:7].lower() == "bearer ":
         role = role_of_token(state, header[7:].strip())
         return Session(role=role, via="bearer", csrf="") if role else None
     value = request.cookies.get(COOKIE)
-    return verify(state, value) if value else None
+    session = verify(state, value) if value else None
+    if session is None:
+        return None
+    async with connection(state.pool) as conn:
+        if await admin_sessions.is_revoked(conn, session_id=session.session_id):
+            return None
+    return session
+
+
+async def revoke(state: AppState, session: Session) -> None:
+    """End a cookie session on every replica (logout)."""
+    expires_at = datetime.fromtimestamp(session.expires, UTC)
+    async with transaction(state.pool) as conn:
+        await admin_sessions.revoke(conn, session_id=session.session_id, expires_at=expires_at)
 
 
 async def require_session(request: Request) -> Session:
@@ -142,7 +171,7 @@ async def require_session(request: Request) -> Session:
     Reads: any session. Writes (POST): an operator session, and with the cookie, the
     session's CSRF token.
     """
-    session = current(request)
+    session = await current(request)
     if session is None:
         raise AdminDenied(401, "log in with an agentd token")
     if request.method not in READ_METHODS:

@@ -3,7 +3,9 @@ inbound MCP sessions of mounted servers with their event history.
 
 The Inspector talks to servers with the same `McpClient` and config the engine uses, built
 from the agent (and, for a replay or `?loop=`, the loop's state). Every run is recorded as
-an `admin.inspector_call` event. A server that cannot be reached is a message on the page.
+an `admin.inspector_call` event, whatever its outcome; arguments that break the API's
+cleaning rules (api/hygiene.py) are refused (422) before anything runs. A server that
+cannot be reached is a message on the page.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from fastapi.responses import Response
 from agentd.admin import render
 from agentd.admin.loops import parse_uuid
 from agentd.agent import Agent, LoopView
+from agentd.api import hygiene
 from agentd.api.state import AppState
 from agentd.db.pool import connection, transaction
 from agentd.mcp.client import PREFIX_SEPARATOR, McpClient, McpTool, ToolOutcome
@@ -114,7 +117,9 @@ def _skeleton(schema: dict[str, Any]) -> str:
     )
 
 
-async def _page(request: Request, extra: dict[str, Any] | None = None) -> Response:
+async def _page(
+    request: Request, extra: dict[str, Any] | None = None, *, status: int = 200
+) -> Response:
     """The Inspector for ?agent=&server=&loop= (plus a run's result in `extra`)."""
     state = _state(request)
     extra = extra or {}
@@ -152,7 +157,7 @@ async def _page(request: Request, extra: dict[str, Any] | None = None) -> Respon
                 ]  # fmt: skip
         except InspectorError as exc:
             ctx["error"] = ctx["error"] or str(exc)
-    return render.render(request, "inspector.html", ctx)
+    return render.render(request, "inspector.html", ctx, status=status)
 
 
 @router.get("/mcp", include_in_schema=False)
@@ -174,31 +179,38 @@ async def _run(
     config = _pick(await _configs(agent), server)
     context = CallContext(agent=agent, loop=agent.loop, principal=agent.mcp_principal)
     client, session_id, _ = await _session(config, context)
+    # From here the tool may run: the audit event is written whatever happens next (an
+    # error, a timeout, the browser going away), shielded so a cancellation cannot skip it.
+    answer: dict[str, Any] = {"error": "cancelled before the tool answered"}
     try:
         async with asyncio.timeout(config.timeout + 5):
             outcome = await client.call_tool(
                 tool, arguments, session_id=session_id, context=context
             )
+        answer = {"text": outcome.text, "is_error": outcome.is_error}
     except TimeoutError as exc:
+        answer = {"error": f"no answer within {config.timeout:g}s"}
         raise InspectorError(f"{tool}: no answer within {config.timeout:g}s") from exc
     except Exception as exc:
+        answer = {"error": str(exc) or type(exc).__name__}
         raise InspectorError(f"{tool}: {exc}") from exc
-    async with transaction(state.pool) as conn:
-        await events.insert_many(
-            conn,
-            [
-                NewEvent(
-                    name="admin.inspector_call",
-                    loop_id=loop.id if loop is not None else None,
-                    tool_call_id=tool_call_id,
-                    reason="replay" if tool_call_id is not None else "run",
-                    request_data={"server": server, "tool": tool, "arguments": arguments},
-                    response_data={"text": outcome.text, "is_error": outcome.is_error},
-                    log=f"{agent_name}/{server}/{tool}",
-                )
-            ],
+    finally:
+        audit = NewEvent(
+            name="admin.inspector_call",
+            loop_id=loop.id if loop is not None else None,
+            tool_call_id=tool_call_id,
+            reason="replay" if tool_call_id is not None else "run",
+            request_data={"server": server, "tool": tool, "arguments": arguments},
+            response_data=answer,
+            log=f"{agent_name}/{server}/{tool}",
         )
+        await asyncio.shield(_audit(state, audit))
     return outcome
+
+
+async def _audit(state: AppState, event: NewEvent) -> None:
+    async with transaction(state.pool) as conn:
+        await events.insert_many(conn, [event])
 
 
 def _result(outcome: ToolOutcome) -> dict[str, Any]:
@@ -225,19 +237,23 @@ async def run(request: Request) -> Response:
     loop = await _loop(state, field.get("loop"))
     ran = {"tool": tool, "arguments": field.get("arguments", "") or "{}"}
     extra: dict[str, Any] = {"agent_name": agent_name, "server": server, "lp": loop, "ran": ran}
+    status = 200
     try:
-        arguments = json.loads(ran["arguments"])
+        arguments = hygiene.parse_json(ran["arguments"])
         if not isinstance(arguments, dict):
             raise InspectorError("arguments must be a JSON object")
         outcome = await _run(
             state, agent_name=agent_name, server=server, tool=tool, arguments=arguments, loop=loop
         )
         extra["result"] = _result(outcome)
+    except hygiene.Unclean as exc:  # the API's rule: refused before anything runs
+        extra["error"] = f"arguments {exc}"
+        status = 422
     except ValueError as exc:
         extra["error"] = f"arguments are not valid JSON: {exc}"
     except InspectorError as exc:
         extra["error"] = str(exc)
-    return await _page(request, extra)
+    return await _page(request, extra, status=status)
 
 
 async def _locate(state: AppState, loop: Loop, name: str) -> tuple[str, str]:

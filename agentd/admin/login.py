@@ -28,7 +28,7 @@ def _safe_next(value: object) -> str:
 
 @router.get("/login", include_in_schema=False)
 async def login_page(request: Request) -> Response:
-    session = auth.current(request)
+    session = await auth.current(request)
     if session is not None and session.via == "cookie":
         return render.redirect(request, _safe_next(request.query_params.get("next")))
     return _login_response(request, None, 200)
@@ -74,7 +74,7 @@ async def login(request: Request) -> Response:
 @router.post("/logout", include_in_schema=False)
 async def logout(request: Request) -> Response:
     # A cross-site logout is harmless, but still refused: it needs the page's CSRF token.
-    session = auth.current(request)
+    session = await auth.current(request)
     if session is not None and session.via == "cookie":
         form = await request.form()
         given = form.get("csrf")
@@ -82,6 +82,8 @@ async def logout(request: Request) -> Response:
             given.encode(), session.csrf.encode()
         ):
             raise auth.AdminDenied(403, "missing or wrong CSRF token; reload the page and retry")
+        # Server-side: clearing the cookie alone left any copy of it valid for 12 hours.
+        await auth.revoke(request.app.state.agentd, session)
     response = render.redirect(request, "/admin/login")
     auth.clear_session_cookie(request, response)
     return response

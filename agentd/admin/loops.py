@@ -5,7 +5,6 @@ never an error page."""
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import datetime
 from typing import Any
@@ -15,7 +14,7 @@ from uuid import UUID
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from agentd.admin import live, render
+from agentd.admin import forms, live, render
 from agentd.api.state import AppState
 from agentd.db.pool import connection
 from agentd.engine import costs, loop_limits, loop_state, tokens
@@ -152,8 +151,8 @@ async def start_loop(request: Request) -> Response:
     agent, message = _field(form, "agent"), _field(form, "message")
     raw_state = _field(form, "state")
     try:
-        loop_state = json.loads(raw_state) if raw_state else {}
-    except ValueError as exc:
+        loop_state = forms.json_field("state", raw_state) if raw_state else {}
+    except ValueError as exc:  # bad syntax: a message; a broken rule is FormInvalid (422)
         return render.redirect(
             request, "/admin/loops", flash=("error", f"state is not valid JSON: {exc}")
         )
@@ -376,7 +375,7 @@ async def save_state(request: Request, loop_id: str) -> Response:
     form = await request.form()
     version = _field(form, "version")
     try:
-        edited = json.loads(_field(form, "state") or "{}")
+        edited = forms.json_field("state", _field(form, "state") or "{}")
     except ValueError:
         return render.redirect(request, back, flash=("error", "State is not JSON."))
     if not isinstance(edited, dict) or not version.isdigit() or len(version) > 18:
@@ -479,7 +478,7 @@ async def _decide(request: Request, tool_call_id: str, decision: str) -> Respons
         # The approve form always carries the arguments (prefilled with the model's): equal
         # ones are a plain approval, edited ones are checked against the tool's schema.
         try:
-            arguments = json.loads(text)
+            arguments = forms.json_field("arguments", text)
         except ValueError:
             return render.redirect(request, back, flash=("error", "Arguments are not JSON."))
         if not isinstance(arguments, dict):

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from agentd import __about__
-from agentd.admin import auth
+from agentd.admin import auth, forms
 from agentd.llm import prices
 
 PROBLEM_BASE = "https://agentd.dev/problems/"
@@ -154,6 +154,24 @@ async def on_denied(request: Request, exc: Exception) -> Response:
          "detail": exc.detail},
         status_code=exc.status,
         headers=headers,
+        media_type="application/problem+json",
+    )  # fmt: skip
+
+
+async def on_invalid(request: Request, exc: Exception) -> Response:
+    """A field broke a cleaning rule (admin/forms.py): 422, the form error page for browsers,
+    the API's validation problem for scripts. Nothing was done."""
+    assert isinstance(exc, forms.FormInvalid)
+    detail = f"{exc.field}: {exc.message}"
+    if wants_html(request):
+        return render(
+            request, "error.html", {"title": "Invalid input", "detail": detail}, status=422
+        )
+    return JSONResponse(
+        {"type": PROBLEM_BASE + "validation-error", "title": "The request is invalid.",
+         "status": 422, "detail": detail,
+         "errors": [{"field": exc.field, "message": exc.message}]},
+        status_code=422,
         media_type="application/problem+json",
     )  # fmt: skip
 

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request, routing
+from fastapi._compat import ModelField
+from fastapi.dependencies.models import Dependant
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.security import HTTPBearer
+from pydantic import TypeAdapter
+from starlette.routing import BaseRoute
 
 from agentd import __about__, admin, redact
 from agentd.admin import auth as admin_auth
+from agentd.admin import forms as admin_forms
 from agentd.admin import render as admin_render
 from agentd.api import (
     auth,
     body_limit,
+    headers,
     health,
     json_body,
+    methods,
     metrics,
     problems,
     routes_approvals,
@@ -62,7 +69,7 @@ def create_app(state: AppState) -> FastAPI:
     )  # an echoed token is masked in events and logs, in any encoding
     app.state.stream_hub = streams.StreamHub(state.database_url)
     app.state.metrics = metrics.Metrics(state)
-    problems.install(app)
+    outages = problems.install(app)
 
     app.include_router(health.router)
     app.include_router(metrics.router)
@@ -87,9 +94,12 @@ def create_app(state: AppState) -> FastAPI:
     mounts.mount_all(app, state)
     admin.mount(app, state)  # its own cookie+CSRF auth; enumerated by test_auth.py too
 
+    # Outermost last: CatchAll's 500s and MethodRouting's 405s get the security headers.
     app.add_middleware(json_body.JsonBody)
     app.add_middleware(body_limit.BodyLimit, limit=state.settings.max_body_bytes)
-    app.add_middleware(problems.CatchAll)
+    app.add_middleware(problems.CatchAll, outages=outages)
+    app.add_middleware(methods.MethodRouting, router=app.router)
+    app.add_middleware(headers.SecurityHeaders)
     return app
 
 
@@ -116,7 +126,7 @@ def _add_docs(app: FastAPI) -> None:
         return get_swagger_ui_html(openapi_url="/openapi.json", title="agentd API")
 
     # The same, behind the admin UI's session (its cookie lives under /admin).
-    session = [Depends(admin_auth.require_session)]
+    session = [Depends(admin_auth.require_session), Depends(admin_forms.clean_input)]
 
     @app.get("/admin/openapi.json", include_in_schema=False, dependencies=session)
     async def admin_openapi_json() -> JSONResponse:
@@ -133,6 +143,62 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     spec = get_openapi(
         title=app.title, version=app.version, description=app.description, routes=app.routes
     )
+    _restore_integer_bounds(spec, _declared_integer_bounds(app.routes))
     components = spec.setdefault("components", {}).setdefault("schemas", {})
     components.setdefault("Problem", problems.Problem.model_json_schema())
     return spec
+
+
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+
+
+def _declared_integer_bounds(routes: list[BaseRoute]) -> dict[float, int]:
+    """Every integer bound the routes declare (parameters and bodies), keyed by its float.
+
+    FastAPI's OpenAPI model types bounds as float, so `le=2**63 - 1` came out as
+    9.223372036854776e18 = 2**63: a bound the API itself rejects. This maps it back."""
+    found: dict[float, int] = {}
+
+    def collect(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in _BOUNDS and type(value) is int:
+                    found[float(value)] = value
+                else:
+                    collect(value)
+        elif isinstance(node, list):
+            for value in node:
+                collect(value)
+
+    for context in routing.iter_route_contexts(routes):
+        route = context.original_route
+        if isinstance(route, routing.APIRoute):
+            for field in _params(route.dependant):
+                declared: Any = Annotated[field.field_info.annotation, field.field_info]
+                collect(TypeAdapter(declared).json_schema())
+    return found
+
+
+def _params(dependant: Dependant) -> list[ModelField]:
+    fields = [
+        *dependant.path_params,
+        *dependant.query_params,
+        *dependant.header_params,
+        *dependant.cookie_params,
+        *dependant.body_params,
+    ]
+    for sub in dependant.dependencies:
+        fields += _params(sub)
+    return fields
+
+
+def _restore_integer_bounds(node: Any, exact: dict[float, int]) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in _BOUNDS and isinstance(value, float) and value.is_integer():
+                node[key] = exact.get(value, int(value))
+            else:
+                _restore_integer_bounds(value, exact)
+    elif isinstance(node, list):
+        for value in node:
+            _restore_integer_bounds(value, exact)

@@ -8,6 +8,8 @@ Every problem has a stable `type` URI, `https://agentd.dev/problems/<problem_typ
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -19,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentd import logs
 from agentd.db.pool import lost_connection, schema_changed
-from agentd.errors import AgentdError
+from agentd.errors import AgentdError, DatabaseUnavailable
 
 log = logs.get("agentd.api")
 
@@ -39,7 +41,7 @@ _HTTP_TITLES = {
     422: ("validation-error", "The request is invalid."),
     428: ("precondition-required", "This change needs an If-Match header."),
     500: ("internal", "agentd failed."),
-    503: ("unavailable", "Temporarily unavailable."),
+    503: ("database-unavailable", "The database cannot be reached."),
 }
 
 
@@ -105,9 +107,57 @@ def from_error(exc: AgentdError) -> Response:
 
 async def _agentd_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, AgentdError)
+    if isinstance(exc, DatabaseUnavailable):
+        outages: Outages = request.app.state.outages
+        outages.refused(request.url.path, exc)
+        return database_unavailable()
     if exc.status >= 500:
         log.error("api.error", path=request.url.path, problem=exc.problem_type, error=exc.message)
     return from_error(exc)
+
+
+def database_unavailable() -> Response:
+    """503 `database-unavailable` (docs/api.md): nothing was committed; retry shortly."""
+    return problem_response(
+        503,
+        "database-unavailable",
+        _HTTP_TITLES[503][1],
+        "the database is unavailable or was just migrated; retry",
+        headers={"Retry-After": "1"},
+    )
+
+
+class Outages:
+    """Logs refusals for a database outage as one warning line per episode, no traceback.
+
+    An outage is expected operation (a failover, a restart): each refused request used to
+    log `api.unhandled` with a traceback, dozens a second. Now the first refusal logs
+    `api.database_unavailable`; later ones are counted and reported at most every
+    `interval` seconds (`refused`: how many since the last line) while it lasts.
+    """
+
+    def __init__(
+        self, interval: float = 30.0, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.interval = interval
+        self.clock = clock
+        self._last = -float("inf")
+        self._count = 0
+
+    def refused(self, path: str, exc: BaseException) -> None:
+        self._count += 1
+        now = self.clock()
+        if now - self._last < self.interval:
+            return
+        self._last = now
+        log.warning(
+            "api.database_unavailable",
+            path=path,
+            error=type(exc).__name__,
+            cause="schema_changed" if schema_changed(exc) else "connection",
+            refused=self._count,
+        )
+        self._count = 0
 
 
 async def _api_problem(request: Request, exc: Exception) -> Response:
@@ -147,8 +197,9 @@ class CatchAll:
     the response already started, the connection is simply closed.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, outages: Outages | None = None) -> None:
         self.app = app
+        self.outages = outages or Outages()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -165,32 +216,34 @@ class CatchAll:
         try:
             await self.app(scope, receive, tracking_send)
         except Exception as exc:
-            log.exception("api.unhandled", path=scope.get("path"), error=type(exc).__name__)
-            if started:
-                return
-            if isinstance(exc, AgentdError):
+            path = scope.get("path")
+            if isinstance(exc, DatabaseUnavailable) or lost_connection(exc) or schema_changed(exc):
+                # Expected operation, not a bug: nothing was committed, a retry will succeed.
+                self.outages.refused(str(path), exc)
+                response = database_unavailable()
+            elif isinstance(exc, AgentdError) and exc.status < 500:
                 response = from_error(exc)
-            elif lost_connection(exc) or schema_changed(exc):
-                # Nothing was committed; the same request will succeed in a moment.
-                response = problem_response(
-                    503,
-                    "unavailable",
-                    _HTTP_TITLES[503][1],
-                    "the database is unavailable or was just migrated; retry",
-                    headers={"Retry-After": "1"},
-                )
             else:
-                response = problem_response(
-                    500, "internal", _HTTP_TITLES[500][1], "internal error; see the server log"
-                )
-            await response(scope, receive, send)
+                log.exception("api.unhandled", path=path, error=type(exc).__name__)
+                if isinstance(exc, AgentdError):
+                    response = from_error(exc)
+                else:
+                    response = problem_response(
+                        500, "internal", _HTTP_TITLES[500][1], "internal error; see the server log"
+                    )
+            if not started:
+                await response(scope, receive, send)
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI) -> Outages:
+    """Register the handlers; the returned Outages is CatchAll's (`outages=`) too."""
+    app.state.outages = Outages()
     app.add_exception_handler(AgentdError, _agentd_error)
     app.add_exception_handler(ApiProblem, _api_problem)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    outages: Outages = app.state.outages
+    return outages
 
 
 def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

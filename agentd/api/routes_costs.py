@@ -10,7 +10,14 @@ from fastapi import APIRouter, Query, Request
 from agentd.api import problems
 from agentd.api.problems import ApiProblem
 from agentd.api.routes_loops import app_state
-from agentd.api.schemas import AgentCostOut, CleanStr, CostsOut, ModelCostOut, Tokens
+from agentd.api.schemas import (
+    AgentCostOut,
+    CleanStr,
+    CostsOut,
+    IsoDatetime,
+    ModelCostOut,
+    Tokens,
+)
 from agentd.db.pool import connection
 from agentd.store import loops, messages
 
@@ -29,10 +36,10 @@ def _aware(value: datetime) -> datetime:
 async def costs(
     request: Request,
     since: Annotated[
-        datetime | None, Query(description="Loops created at or after (default: 24 h ago).")
+        IsoDatetime | None, Query(description="Loops created at or after (default: 24 h ago).")
     ] = None,
     until: Annotated[
-        datetime | None, Query(description="Loops created before (default: now).")
+        IsoDatetime | None, Query(description="Loops created before (default: now).")
     ] = None,
     agent: Annotated[CleanStr | None, Query(max_length=200, description="One agent only.")] = None,
 ) -> CostsOut:

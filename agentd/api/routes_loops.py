@@ -115,7 +115,7 @@ async def list_loops(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[
-        str | None, Query(max_length=500, description="`next_cursor` of the previous page.")
+        CleanStr | None, Query(max_length=500, description="`next_cursor` of the previous page.")
     ] = None,
 ) -> Page[LoopOut]:
     state = app_state(request)

@@ -7,11 +7,11 @@ from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Path, Request
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentd.api import problems
 from agentd.api.routes_loops import app_state
-from agentd.api.schemas import CleanStr, JsonObject, NonBlank, Page
+from agentd.api.schemas import Bool, CleanStr, JsonObject, NonBlank, Page
 from agentd.db.pool import connection, transaction
 from agentd.engine import scheduler
 from agentd.errors import Conflict, NotFound
@@ -32,7 +32,7 @@ class ScheduleNotFound(NotFound):
 
 
 class CreateSchedule(BaseModel):
-    model_config = {"extra": "forbid"}
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")]
     agent: CleanStr = Field(min_length=1, max_length=200)
@@ -45,7 +45,7 @@ class CreateSchedule(BaseModel):
     overlap: Literal["skip", "queue", "allow"] = "skip"
     subject: CleanStr | None = Field(None, max_length=1000)
     state: JsonObject = Field(default_factory=dict)
-    enabled: bool = True
+    enabled: Bool = True
 
     @model_validator(mode="after")
     def _valid(self) -> CreateSchedule:

@@ -7,17 +7,15 @@ it is 428 Precondition Required (RFC 6585), on a stale version 412.
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Header, Request, Response
 from pydantic import BaseModel, Field
 
-from agentd.api import problems
+from agentd.api import hygiene, problems
 from agentd.api.problems import ApiProblem
 from agentd.api.routes_loops import app_state
-from agentd.api.schemas import _clean_json
 from agentd.db.pool import connection
 from agentd.engine import loop_state
 from agentd.errors import InputInvalid, LoopNotFound, PreconditionRequired
@@ -113,12 +111,12 @@ async def patch_state(
     version = parse_if_match(if_match)
     raw = await request.body()
     try:
-        body = json.loads(raw)
+        # hygiene.parse_json: the API's one set of input rules (no NaN/Infinity, no NUL or
+        # lone surrogates, bounded depth: a 100k-deep body is a 422, not a RecursionError).
+        body = hygiene.parse_json(raw.decode("utf-8"))
+    except hygiene.Unclean as exc:
+        raise InputInvalid(str(exc), errors=[{"field": "body", "message": str(exc)}]) from None
     except (ValueError, UnicodeDecodeError):
         raise ApiProblem(400, "the body is not valid JSON", problem_type="bad-request") from None
-    try:
-        _clean_json(body)
-    except ValueError as exc:
-        raise InputInvalid(str(exc), errors=[{"field": "body", "message": str(exc)}]) from None
     loop, _ = await loop_state.patch(app_state(request).pool, loop_id, body, if_match=version)
     return _answer(loop, response)

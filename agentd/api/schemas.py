@@ -7,8 +7,9 @@ from decimal import Decimal
 from typing import Annotated, Any, Generic, Literal, TypeVar
 from uuid import UUID
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, Strict
 
+from agentd.api import hygiene
 from agentd.engine.states import LoopStatus
 from agentd.llm import prices
 from agentd.store.models import Event, Loop, Message, ToolCall
@@ -16,44 +17,37 @@ from agentd.store.models import Event, Loop, Message, ToolCall
 T = TypeVar("T")
 
 
-# --- input hygiene ---------------------------------------------------------------------
-# PostgreSQL refuses NUL in text and jsonb, and UTF-8 refuses lone surrogates; both would
-# surface as a database error (a 500). Reject them here so bad input is a 422 naming the
-# field and nothing is written.
+# Input cleaning (NUL, lone surrogates, non-finite numbers, deep nesting) lives in
+# api/hygiene.py, shared with the admin forms; these names are its pydantic types.
+CleanStr = hygiene.CleanStr
+NonBlank = hygiene.NonBlank
+JsonObject = hygiene.JsonObject
+# The former names of the two checks, for callers that validate a body by hand.
+_clean_text = hygiene.check_text
+_clean_json = hygiene.check_json
 
 
-def _clean_text(value: str) -> str:
-    if "\x00" in value:
-        raise ValueError("must not contain NUL (\\u0000) characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("must be valid Unicode (no lone surrogates)") from None
+def _not_a_number(value: Any) -> Any:
+    # pydantic also reads a number ("0.5") as a unix timestamp; the schema says date-time
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        try:
+            float(value)
+        except ValueError:
+            return value
+        raise ValueError("must be an ISO 8601 date-time (like 2026-01-31T12:00:00Z)")
     return value
 
 
-def _clean_json(value: Any) -> Any:
-    if isinstance(value, str):
-        _clean_text(value)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _clean_text(k)
-            _clean_json(v)
-    elif isinstance(value, list):
-        for v in value:
-            _clean_json(v)
-    return value
+#: A date-time in a query parameter: ISO 8601 text only.
+IsoDatetime = Annotated[datetime, BeforeValidator(_not_a_number)]
 
-
-CleanStr = Annotated[str, AfterValidator(_clean_text)]
-NonBlank = Annotated[
-    str, Field(min_length=1, pattern=r"\S", max_length=1_000_000), AfterValidator(_clean_text)
-]
-JsonObject = Annotated[dict[str, Any], AfterValidator(_clean_json)]
+#: Booleans and integers are strict: `0` is not `false`, `true` is not `1`, `"5"` is not 5.
+Bool = Annotated[bool, Strict()]
+Int = Annotated[int, Strict()]
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class StartLoop(_In):
@@ -63,13 +57,13 @@ class StartLoop(_In):
         None, max_length=1000, description="Who or what the loop is about (the MCP principal)."
     )
     state: JsonObject | None = Field(None, description="A JSON object the agent can read.")
-    observe: bool = Field(
+    observe: Bool = Field(
         True,
         description="Publish live deltas from the first turn on, so a client that opens "
         "`/stream` right after starting sees every token (`false`: a turn streams deltas "
         "once someone subscribes).",
     )
-    max_tokens_total: int | None = Field(
+    max_tokens_total: Int | None = Field(
         None,
         ge=1,
         le=2**62,
@@ -92,12 +86,13 @@ class StartLoop(_In):
         "`concurrency_limit` at once; the rest wait queued, first started first run. "
         "Overrides the agent's key.",
     )
-    concurrency_limit: int | None = Field(
+    concurrency_limit: Int | None = Field(
         None, ge=1, le=1_000_000, description="How many loops of `concurrency_key` may run."
     )
 
     model_config = ConfigDict(
         extra="forbid",
+        allow_inf_nan=False,
         json_schema_extra={
             "examples": [{"agent": "support", "message": "Where is my order?", "state": {}}]
         },
@@ -105,7 +100,7 @@ class StartLoop(_In):
 
 
 class AtMessage(_In):
-    message_id: int = Field(ge=1, le=2**63 - 1, description="A message of this loop.")
+    message_id: Int = Field(ge=1, le=2**63 - 1, description="A message of this loop.")
 
 
 class ForkLoop(AtMessage):
@@ -123,14 +118,14 @@ class Resume(_In):
         description="Statuses the loop may be resumed from (default: init, paused, failed, "
         "stopped). Add `completed` to re-run a finished loop.",
     )
-    max_steps: int | None = Field(
+    max_steps: Int | None = Field(
         None,
         ge=1,
         le=1_000_000,
         description="Set this loop's own step limit (kept in its state) before resuming: "
         "a loop paused by max_steps goes on. Must exceed its step_count.",
     )
-    max_tokens_total: int | None = Field(
+    max_tokens_total: Int | None = Field(
         None,
         ge=1,
         le=10**12,
@@ -138,11 +133,11 @@ class Resume(_In):
         "Must exceed the tokens it has spent.",
     )
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
 
 
 class Observe(_In):
-    observed: bool = Field(True, description="Publish live deltas and messages for this loop.")
+    observed: Bool = Field(True, description="Publish live deltas and messages for this loop.")
 
 
 class Decision(_In):

@@ -204,3 +204,31 @@ async def test_any_write_of_state_bumps_the_version_so_if_match_sees_it(
         await conn.execute("UPDATE loops SET state = '{\"a\": 2}' WHERE id = $1::uuid", lid)
     assert (await client.get(f"/v1/loops/{lid}/state")).json() == {"state": {"a": 2}, "version": 2}
     assert (await _patch(client, lid, {"a": 3}, '"1"')).status_code == 412
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a": NaN}',
+        b'{"a": Infinity}',
+        b'{"a": -Infinity}',
+        b'{"a": 1e400}',
+        b'{"a": "\\ud800"}',
+        b'{"a\\u0000": 1}',
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    ],
+    ids=["nan", "inf", "-inf", "1e400", "surrogate", "nul-key", "deep-list", "deep-in-object"],
+)
+async def test_hostile_patch_bodies_are_422_and_change_nothing(
+    client: httpx.AsyncClient, pool: Pool, raw: bytes
+) -> None:
+    """The raw-body route goes through the API's one set of input rules (api/hygiene)."""
+    lid = await _loop(pool, state={"keep": True})
+    r = await client.patch(
+        f"/v1/loops/{lid}/state", content=raw, headers={**MERGE, "If-Match": '"1"'}
+    )
+    assert r.status_code == 422, (r.status_code, r.text[:200])
+    assert r.headers["content-type"].startswith("application/problem+json")
+    state = (await client.get(f"/v1/loops/{lid}/state")).json()
+    assert state["version"] == 1 and state["state"] == {"keep": True}
