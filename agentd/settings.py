@@ -290,7 +290,10 @@ class Settings(BaseSettings):
     prices: dict[str, PriceConfig] = Field(
         default_factory=dict, description="[prices.*]: model prices over the built-in table"
     )
-    webhooks: list[WebhookConfig] = Field(default_factory=list, description="[[webhooks]]")
+    # None: the file names no webhooks, so this process leaves the fleet's endpoints as they
+    # are (a worker started without the config must not disable production's endpoints);
+    # a list, even `webhooks = []`, is the authority the endpoint table is made to match.
+    webhooks: list[WebhookConfig] | None = Field(None, description="[[webhooks]]")
 
     @field_validator("lease_margin", "lease_leak_grace")
     @classmethod
@@ -387,7 +390,7 @@ class Settings(BaseSettings):
             )
         if self.llm_retry_base_delay > self.llm_retry_max_delay:
             raise ValueError("llm_retry_base_delay must be <= llm_retry_max_delay")
-        urls = [w.url for w in self.webhooks]
+        urls = [w.url for w in self.webhooks or []]
         if len(set(urls)) != len(urls):
             raise ValueError("two [[webhooks]] entries have the same url")
         return self

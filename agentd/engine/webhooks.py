@@ -105,7 +105,10 @@ class WebhookDeliverer:
 
     async def sync_config(self) -> None:
         """Make the endpoint table match `[[webhooks]]` (absent ones are disabled); every
-        secret must be in the environment, or the process does not start."""
+        secret must be in the environment, or the process does not start. A config that
+        names no webhooks at all changes nothing (`webhooks = []` disables every one)."""
+        if self.settings.webhooks is None:
+            return  # no [[webhooks]] in this process's config: leave the fleet's endpoints be
         signers = [(c, signer_for(c)) for c in self.settings.webhooks]
         targets: dict[int, _Target] = {}
         async with transaction(self.pool) as conn:

@@ -193,7 +193,13 @@ async def test_unsubscribed_and_removed_endpoints_get_no_deliveries(
         row = await factories.loop(conn, status="running")
         await factories.set_loop(conn, row.id, status="stopped")  # not subscribed
     assert await _deliveries(pool) == []
+    # A process whose config names no webhooks (a worker started without the file) leaves
+    # the fleet's endpoints alone; an explicit empty list is what removes them.
     await WebhookDeliverer(fast_settings(), pool, worker_id=uuid.uuid4()).sync_config()
+    async with connection(pool) as conn:
+        (endpoint,) = await webhooks.list_endpoints(conn)
+        assert endpoint.enabled is True
+    await WebhookDeliverer(fast_settings(webhooks=[]), pool, worker_id=uuid.uuid4()).sync_config()
     async with connection(pool) as conn:
         (endpoint,) = await webhooks.list_endpoints(conn)
         assert endpoint.enabled is False
