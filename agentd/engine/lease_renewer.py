@@ -33,7 +33,7 @@ log = logs.get("agentd.lease_renewer")
 
 @dataclass
 class Lease:
-    key: object  # loop uuid, or ("tool", id)
+    key: uuid.UUID | tuple[str, int]  # loop uuid, or ("tool", tool call id)
     token: uuid.UUID
     seconds: float
     task: asyncio.Task[object] | None
@@ -73,7 +73,7 @@ class LeaseRenewer:
 
     def _new(
         self,
-        key: object,
+        key: uuid.UUID | tuple[str, int],
         token: uuid.UUID,
         seconds: float,
         max_duration: float,
@@ -124,7 +124,7 @@ class LeaseRenewer:
             if self._llm.get(lease.key) is lease:
                 del self._llm[lease.key]
         else:
-            _, tid = lease.key  # type: ignore[misc]
+            _, tid = lease.key
             if self._tools.get(tid) is lease:
                 del self._tools[tid]
 
@@ -214,24 +214,24 @@ class LeaseRenewer:
             if self._conn is None or self._conn.is_closed():
                 await self.connect()
             assert self._conn is not None
-            llm = list(self._llm.values())
-            tools = list(self._tools.values())
+            # The dicts are keyed by loop id / tool call id: keys and values stay aligned.
+            llm_ids, llm = list(self._llm), list(self._llm.values())
+            ids, tools = list(self._tools), list(self._tools.values())
             # A lease skipped now must still have time left at the next tick.
             within = 2 * self.settings.heartbeat_interval
             if llm:
                 kept = await loops.renew_leases(
                     self._conn,
-                    ids=[x.key for x in llm],  # type: ignore[misc]
+                    ids=llm_ids,
                     tokens=[x.token for x in llm],
                     renew_within=within,
                 )
-                for lease in llm:
-                    if lease.key in kept:
-                        lease.trusted_until = self._trust(started, lease, kept[lease.key])
+                for lease, loop_id in zip(llm, llm_ids, strict=True):
+                    if loop_id in kept:
+                        lease.trusted_until = self._trust(started, lease, kept[loop_id])
                     else:
                         self._lose(lease, "token_rotated")
             if tools:
-                ids = [x.key[1] for x in tools]  # type: ignore[index]
                 kept_t = await tool_calls.renew_leases(
                     self._conn,
                     ids=ids,

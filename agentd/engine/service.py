@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -32,6 +33,9 @@ from agentd.registry import AgentRegistry
 from agentd.settings import QUEUES, Settings
 from agentd.store import workers
 
+if TYPE_CHECKING:
+    from agentd.llm.client import LLMClient
+
 log = logs.get("agentd.engine")
 
 
@@ -51,7 +55,7 @@ class Engine:
     url: str  # direct URL for the heartbeat and LISTEN connections
     queues: list[str] = field(default_factory=lambda: list(QUEUES))
     stacks: Stacks | None = None
-    llm: object | None = None
+    llm: LLMClient | None = None
     telemetry: Telemetry = field(default_factory=Telemetry)
 
     def __post_init__(self) -> None:
@@ -73,7 +77,7 @@ class Engine:
             pool=self.pool,
             registry=self.registry,
             llm=self.llm_client,
-            stacks=self.stacks or Stacks(),  # type: ignore[arg-type]
+            stacks=self.stacks or Stacks(),
             consumes=frozenset(self.queues),
             telemetry=self.telemetry,
             # Per-request timeouts come from each server's entry (asyncio.timeout).
@@ -82,7 +86,8 @@ class Engine:
                 limits=httpx.Limits(max_connections=500, max_keepalive_connections=100),
             ),
         )
-        self.runtime.flusher = StreamFlusher(self.pool, self.settings.stream_flush_interval)
+        self.flusher = StreamFlusher(self.pool, self.settings.stream_flush_interval)
+        self.runtime.flusher = self.flusher
         self.renewer = LeaseRenewer(
             self.settings,
             self.url,
@@ -152,7 +157,7 @@ class Engine:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self.renewer.run(services_stop), name="lease-renewer")
                 tg.create_task(self.listener.run(services_stop), name="listener")
-                tg.create_task(self.runtime.flusher.run(services_stop), name="stream-flusher")
+                tg.create_task(self.flusher.run(services_stop), name="stream-flusher")
                 if "maintenance" in self.queues:
                     tg.create_task(self.reaper.run_liveness(services_stop), name="liveness")
                     tg.create_task(self.reaper.run(services_stop), name="reaper")
@@ -173,5 +178,5 @@ class Engine:
             await self.renewer.close()
             await self.runtime.mcp_http.aclose()
             if self.llm is None:
-                await self.llm_client.aclose()  # type: ignore[attr-defined]
+                await self.llm_client.aclose()
             log.info("engine.stopped", worker=str(self.runtime.worker_id))

@@ -275,7 +275,7 @@ class Worker:
         if rt.renewer is not None:
             lease = rt.renewer.register_turn(
                 loop.id, token, loop.lease_seconds or 660.0, float(max_duration), task
-            )  # type: ignore[arg-type]
+            )
             self.tasks.get(task, {})["lease"] = lease  # type: ignore[arg-type]
         started = time.monotonic()
         if prefetch is not None:
@@ -327,7 +327,7 @@ class Worker:
         lease: Lease | None = None
         task = asyncio.current_task()
         if rt.renewer is not None:
-            lease = rt.renewer.register_tool(tc.id, lease_token, rt.tool_lease_seconds(), task)  # type: ignore[arg-type]
+            lease = rt.renewer.register_tool(tc.id, lease_token, rt.tool_lease_seconds(), task)
             self.tasks.get(task, {})["lease"] = lease  # type: ignore[arg-type]
         ctx = ToolContext(runtime=rt, tool_call=tc, lease_token=lease_token, generation=generation)
         if claim is not None and claim.loop is not None:
