@@ -26,6 +26,7 @@ from agentd.api import (
     methods,
     metrics,
     problems,
+    query_shape,
     routes_approvals,
     routes_costs,
     routes_events,
@@ -73,7 +74,9 @@ def create_app(state: AppState) -> FastAPI:
 
     app.include_router(health.router)
     app.include_router(metrics.router)
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(auth.require_token)])
+    v1 = APIRouter(
+        prefix="/v1", dependencies=[Depends(auth.require_token), Depends(query_shape.check)]
+    )
     v1.include_router(routes_loops.router)
     v1.include_router(routes_state.router)
     v1.include_router(routes_events.router)
