@@ -233,7 +233,7 @@ class McpClient:
         remote_name: str,
         arguments: dict[str, Any] | None,
         *,
-        session_id: str,
+        session_id: str | None,
         context: CallContext | None = None,
         input_responses: dict[str, Any] | None = None,
         request_state: str | None = None,
@@ -255,6 +255,12 @@ class McpClient:
             params["requestState"] = request_state
         if task is not None:
             params["task"] = task
+        if not session_id:
+            # No stored session: agentd ended it with DELETE after the loop finished, and
+            # the loop was continued since. Open a new one; the caller stores its id.
+            session = await self.initialize(context)
+            exchanges.extend(session.exchanges)
+            session_id = session.session_id
         payload = jsonrpc.request("tools/call", params)
         try:
             delivery = await self._deliver(payload, session_id, context, exchanges)
