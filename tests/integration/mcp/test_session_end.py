@@ -218,3 +218,24 @@ async def test_a_loop_not_yet_finished_keeps_its_session(pool: Pool, database_ur
         assert (await _ender(pool, registry).end_once()).claimed == 0
         assert (await _sessions(pool, loop.id))["web"]["session_id"] == "live"
         assert _deletes(server) == []
+
+
+async def test_the_engine_s_maintenance_sweep_sends_the_delete(
+    pool: Pool, database_url: str
+) -> None:
+    async with FakeLLM() as fake, FakeMcpServer() as server:
+        _script(fake)
+        registry = _registry(server.url)
+        settings = fast_settings(mcp_session_end_grace=0.0)  # swept every reaper_interval
+        async with running_engine(pool, database_url, registry, settings=settings) as engine:
+            loop = await engine.lifecycle.start(
+                agent="web", message="go", state={"llm": fake.base_url}
+            )
+            await eventually(lambda: _completed(pool, loop.id))
+            (old,) = [r.session_id for r in server.calls("tools/call")]
+
+            async def deleted() -> bool:
+                return _deletes(server) == [old]
+
+            await eventually(deleted)
+            assert (await _sessions(pool, loop.id))["web"]["session_id"] is None
