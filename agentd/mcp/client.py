@@ -233,7 +233,7 @@ class McpClient:
         remote_name: str,
         arguments: dict[str, Any] | None,
         *,
-        session_id: str | None,
+        session_id: str,
         context: CallContext | None = None,
         input_responses: dict[str, Any] | None = None,
         request_state: str | None = None,
@@ -255,7 +255,7 @@ class McpClient:
             params["requestState"] = request_state
         if task is not None:
             params["task"] = task
-        if not session_id:
+        if not session_id and self._ends_sessions:
             # No stored session: agentd ended it with DELETE after the loop finished, and
             # the loop was continued since. Open a new one; the caller stores its id.
             session = await self.initialize(context)
@@ -282,6 +282,11 @@ class McpClient:
             outcome.client_error = outcome.error_code
             outcome.text = CLIENT_BUG_TEXT.format(error=outcome.text)
         return outcome
+
+    @property
+    def _ends_sessions(self) -> bool:
+        """Can this transport end a session (HTTP `DELETE`)? stdio and in-process cannot."""
+        return callable(getattr(self.transport, "terminate", None))
 
     async def terminate(self, session_id: str | None) -> bool:
         """End a handshake-era session (HTTP `DELETE`); False when there was nothing to end.
