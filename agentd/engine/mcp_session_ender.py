@@ -39,6 +39,7 @@ log = logs.get("agentd.mcp_sessions")
 
 BATCH = 200
 PARALLEL = 16  # DELETEs in flight at once; each is bounded by its server's timeout
+RESOLVE_TIMEOUT = 30.0  # seconds for one loop's agent to name its servers
 
 
 @dataclass
@@ -93,7 +94,8 @@ class McpSessionEnder:
                 step_count=first["step_count"],
             )
             agent = self.registry.instantiate(first["agent"], view)
-            configs = {c.name: c for c in await agent_mcp_configs(agent)}
+            async with asyncio.timeout(RESOLVE_TIMEOUT):  # an agent's mcp_servers() may await
+                configs = {c.name: c for c in await agent_mcp_configs(agent)}
         except Exception as exc:  # an agent removed or broken since: nothing to end with
             log.warning(
                 "mcp.session_end_skipped",

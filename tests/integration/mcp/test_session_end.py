@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -177,7 +178,7 @@ async def test_a_server_that_is_down_is_logged_and_forgotten(pool: Pool, databas
     assert (await _ender(pool, registry).end_once()).claimed == 0
 
 
-async def test_stdio_in_process_and_stateless_sessions_are_never_claimed(
+async def test_one_of_two_sweeps_ends_a_session_and_stdio_in_process_stateless_are_skipped(
     pool: Pool, database_url: str
 ) -> None:
     async with FakeLLM() as fake, FakeMcpServer() as server:
@@ -195,8 +196,9 @@ async def test_stdio_in_process_and_stateless_sessions_are_never_claimed(
                     conn, loop_id=loop.id, mcp_name=name, session_id=sid, transport_kind=kind,
                     metadata={},
                 )  # fmt: skip
-        report = await _ender(pool, registry).end_once()
-        assert report.claimed == 1 and report.ended == 1  # the real HTTP session only
+        # Two workers sweep at once: the real HTTP session is claimed, and ended, once.
+        reports = await asyncio.gather(*(_ender(pool, registry).end_once() for _ in range(2)))
+        assert sum(r.claimed for r in reports) == 1 and sum(r.ended for r in reports) == 1
         stored = {k: v["session_id"] for k, v in (await _sessions(pool, loop.id)).items()}
         assert stored["web"] is None
         assert stored["pipe"] == "proc-1" and stored["new"] == "stateless-ab"
