@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -64,10 +63,10 @@ class McpSessionEnder:
 
     async def end_once(self) -> EndReport:
         report = EndReport()
-        cutoff = datetime.now(UTC) - timedelta(seconds=self.settings.mcp_session_end_grace)
+        grace = self.settings.mcp_session_end_grace
         while True:
             async with transaction(self.pool) as conn:
-                rows = await mcp.claim_sessions_to_end(conn, cutoff=cutoff, batch=BATCH)
+                rows = await mcp.claim_sessions_to_end(conn, grace=grace, batch=BATCH)
             # Committed: from here on the ids are ours alone, and no connection is held.
             report.claimed += len(rows)
             ended = await self._end(rows)

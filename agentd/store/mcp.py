@@ -41,11 +41,11 @@ async def set_session_id(
 
 
 async def claim_sessions_to_end(
-    conn: Connection, *, cutoff: datetime, batch: int
+    conn: Connection, *, grace: float, batch: int
 ) -> list[dict[str, Any]]:
-    """Forget (and return, with their loop) the HTTP session ids of loops terminal since
-    before `cutoff`; the caller commits, then ends each with DELETE."""
-    return [dict(r) for r in await conn.fetch(sql("mcp_session_end_claim"), cutoff, batch)]
+    """Forget (and return, with their loop) the HTTP session ids of loops terminal for
+    `grace` seconds; the caller commits, then ends each with DELETE."""
+    return [dict(r) for r in await conn.fetch(sql("mcp_session_end_claim"), grace, batch)]
 
 
 async def replace_tools(conn: Connection, *, loop_id: UUID, tools: list[dict[str, Any]]) -> None:
