@@ -236,6 +236,13 @@ class Settings(BaseSettings):
         description="A loop whose MCP discovery keeps failing this long (from its first "
         "deferral) fails, naming the server and the last error.",
     )
+    mcp_session_end_grace: float = Field(
+        60.0,
+        ge=0,
+        description="Seconds a loop stays completed, failed or stopped before agentd ends its "
+        "HTTP MCP sessions with DELETE (checked every reaper_interval); a loop continued "
+        "later opens new ones.",
+    )
     lease_leak_grace: float = Field(300.0, description="Past max_duration, a lease is dropped.")
     default_max_duration: float = Field(7200.0, gt=0, description="Max seconds for one turn.")
     llm_retries: int = Field(2, ge=0, description="Re-sends beyond the first attempt.")

@@ -21,6 +21,7 @@ from agentd.db.pool import Pool, connection
 from agentd.engine.janitor import Janitor
 from agentd.engine.lease_renewer import LeaseRenewer
 from agentd.engine.lifecycle import Lifecycle
+from agentd.engine.mcp_session_ender import McpSessionEnder
 from agentd.engine.reaper import Reaper
 from agentd.engine.runtime import Runtime
 from agentd.engine.scheduler import Scheduler
@@ -108,6 +109,9 @@ class Engine:
         )
         self.reaper = Reaper(self.settings, self.pool)
         self.janitor = Janitor(self.settings, self.pool)
+        self.session_ender = McpSessionEnder(
+            self.settings, self.pool, self.registry, http=self.runtime.mcp_http
+        )
         self.lifecycle = Lifecycle(self.pool, self.registry, self.settings)
         self.scheduler = Scheduler(self.settings, self.pool, self.lifecycle)
         self.webhooks = WebhookDeliverer(self.settings, self.pool, worker_id=self.runtime.worker_id)
@@ -162,6 +166,7 @@ class Engine:
                     tg.create_task(self.reaper.run_liveness(services_stop), name="liveness")
                     tg.create_task(self.reaper.run(services_stop), name="reaper")
                     tg.create_task(self.janitor.run(services_stop), name="janitor")
+                    tg.create_task(self.session_ender.run(services_stop), name="mcp-sessions")
                     tg.create_task(self.scheduler.run(services_stop), name="scheduler")
                     tg.create_task(self.webhooks.run(services_stop), name="webhooks")
                 self.started.set()

@@ -255,6 +255,12 @@ class McpClient:
             params["requestState"] = request_state
         if task is not None:
             params["task"] = task
+        if not session_id and self._ends_sessions:
+            # No stored session: agentd ended it with DELETE after the loop finished, and
+            # the loop was continued since. Open a new one; the caller stores its id.
+            session = await self.initialize(context)
+            exchanges.extend(session.exchanges)
+            session_id = session.session_id
         payload = jsonrpc.request("tools/call", params)
         try:
             delivery = await self._deliver(payload, session_id, context, exchanges)
@@ -276,6 +282,11 @@ class McpClient:
             outcome.client_error = outcome.error_code
             outcome.text = CLIENT_BUG_TEXT.format(error=outcome.text)
         return outcome
+
+    @property
+    def _ends_sessions(self) -> bool:
+        """Can this transport end a session (HTTP `DELETE`)? stdio and in-process cannot."""
+        return callable(getattr(self.transport, "terminate", None))
 
     async def terminate(self, session_id: str | None) -> bool:
         """End a handshake-era session (HTTP `DELETE`); False when there was nothing to end.

@@ -1,6 +1,7 @@
 """MCP rows: outbound sessions and tools per loop, inbound sessions of mounted servers.
 
-Called by: engine (tool discovery, tool execution), the MCP endpoint, janitor, admin.
+Called by: engine (tool discovery, tool execution, the MCP session ender), the MCP endpoint,
+janitor, admin.
 """
 
 from __future__ import annotations
@@ -37,6 +38,14 @@ async def set_session_id(
     conn: Connection, *, loop_id: UUID, mcp_name: str, session_id: str | None
 ) -> None:
     await conn.execute(sql("mcp_session_set_id"), loop_id, mcp_name, session_id)
+
+
+async def claim_sessions_to_end(
+    conn: Connection, *, grace: float, batch: int
+) -> list[dict[str, Any]]:
+    """Forget (and return, with their loop) the HTTP session ids of loops terminal for
+    `grace` seconds; the caller commits, then ends each with DELETE."""
+    return [dict(r) for r in await conn.fetch(sql("mcp_session_end_claim"), grace, batch)]
 
 
 async def replace_tools(conn: Connection, *, loop_id: UUID, tools: list[dict[str, Any]]) -> None:

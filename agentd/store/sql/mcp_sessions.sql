@@ -19,6 +19,31 @@ SELECT * FROM mcp_sessions WHERE loop_id = $1 ORDER BY id;
 UPDATE mcp_sessions SET session_id = $3, updated_at = now()
 WHERE loop_id = $1 AND mcp_name = $2;
 
+-- name: mcp_session_end_claim :many
+-- McpSessionEnder: a batch of the stored HTTP sessions of loops completed, failed or
+-- stopped for `grace` seconds (by the database's clock), their ids forgotten in this
+-- statement; the caller commits, THEN sends each DELETE, so a session is ended at most
+-- once, by one worker, and a loop continued later opens a new one (the MCP client
+-- initializes on a NULL id). Both rows SKIP LOCKED: a continue holding the loop is
+-- passed over (next sweep), one after sees the id gone. Synthetic ('stateless-') ids and stdio/in-process sessions are never ended.
+-- $1 grace float8 · $2 batch int
+WITH c AS (
+    SELECT s.id, s.session_id, l.id AS loop_id, l.agent, l.subject, l.state, l.step_count
+    FROM mcp_sessions s JOIN loops l ON l.id = s.loop_id
+    WHERE l.status IN ('completed', 'failed', 'stopped')
+      AND l.updated_at < now() - make_interval(secs => $1::float8)
+      AND s.transport_kind = 'http' AND s.session_id IS NOT NULL
+      AND s.session_id NOT LIKE 'stateless-%'
+    ORDER BY s.id
+    LIMIT $2
+    FOR NO KEY UPDATE OF s SKIP LOCKED
+    FOR SHARE OF l SKIP LOCKED
+)
+UPDATE mcp_sessions m SET session_id = NULL, updated_at = now()
+FROM c WHERE m.id = c.id
+RETURNING m.id, m.mcp_name, c.session_id AS ended_session_id, c.loop_id, c.agent,
+          c.subject, c.state, c.step_count;
+
 -- name: mcp_tool_replace :exec
 -- ToolDiscovery; replaces a loop's advertised tools. Runs again when a first turn is
 -- retried (reaped, released), so names already present are updated in place: a CTE's
