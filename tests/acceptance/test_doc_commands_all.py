@@ -18,7 +18,6 @@ few seconds and passes if it answered 200.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import subprocess
@@ -36,9 +35,11 @@ from agentd.testing.up import clean_env, free_port
 pytestmark = [pytest.mark.acceptance]
 
 ROOT = Path(__file__).parents[2]
-DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("docs/*.md"))] + sorted(
-    str(p.relative_to(ROOT)) for p in ROOT.glob("examples/*/README.md")
-)
+DOCS = [
+    "README.md",
+    *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("docs/*.md")),
+    *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("examples/*/README.md")),
+]
 BLOCK = re.compile(r"^```(bash|sh|console)\n(.*?)^```", re.S | re.M)
 CALLS_AGENTD = re.compile(r"(^|[\s;&|(')])(curl|api|agentd)(\s|$)")
 
@@ -73,7 +74,7 @@ SKIPPED: dict[tuple[str, str], str] = {
     (
         "examples/agentd-example-plugin/README.md",
         "NOTES_LLM_BASE_URL=",
-    ): "needs the example plugin installed (pip install); a `notes` agent from this test's config stands in",
+    ): ("needs the example plugin installed (pip install); this test's `notes` agent stands in"),
     (
         "examples/stdio-agent/README.md",
         "agentd fake-llm --port 9000 &",
@@ -328,6 +329,9 @@ def api_alias() -> str:
     return line.replace("curl ", "curl --fail-with-body -sS --max-time 30 ", 1)
 
 
+# Minutes, not seconds: a dozen loops parked on a gated MCP tool (each spawns its stdio
+# server), pauses and stops that cancel work, and a live stream held open.
+@pytest.mark.slow
 def test_every_doc_command_runs(server: tuple[int, dict[str, str]]) -> None:
     api, env = server
     http = httpx.Client(
