@@ -32,6 +32,7 @@ async def ids(pool: Pool) -> dict[str, str]:
         "name": "nightly",
         "action": "pause",
         "inbound_id": "1",
+        "delivery_id": "1",
     }
 
 

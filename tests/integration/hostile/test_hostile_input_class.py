@@ -70,6 +70,7 @@ BASE: dict[str, dict[str, Any]] = {
     "Resume": {},
     "Observe": {"observed": True},
     "Decision": {"reason": "ok"},
+    "Approval": {"reason": "ok", "arguments": {"a": 1, "b": 2}},
     "InputAnswer": {"action": "accept", "content": {}},
     "CreateSchedule": {"name": "nightly", "agent": "calc", "message": "hi", "cron": "0 3 * * *"},
 }
@@ -79,13 +80,15 @@ ADMIN_FORMS: dict[str, tuple[list[str], list[str]]] = {  # path: (text fields, J
     "/admin/login": (["token", "nonce", "next"], []),
     "/admin/logout": (["csrf"], []),
     "/admin/loops": (["agent", "message", "subject", "title", "observe"], ["state"]),
-    "/admin/loops/{loop_id}/actions/{action}": (["from"], []),
+    "/admin/loops/{loop_id}/actions/{action}": (["from", "max_steps", "max_tokens_total"], []),
+    "/admin/loops/{loop_id}/state": (["version"], ["state"]),
     "/admin/loops/{loop_id}/messages": (["content"], []),
     "/admin/loops/{loop_id}/messages/{message_id}/{action}": (["any"], []),
-    "/admin/tool-calls/{tool_call_id}/approve": (["reason"], []),
+    "/admin/tool-calls/{tool_call_id}/approve": (["reason"], ["arguments"]),
     "/admin/tool-calls/{tool_call_id}/deny": (["reason"], []),
     "/admin/tool-calls/{tool_call_id}/replay": (["any"], []),
     "/admin/mcp/run": (["agent", "server", "tool", "loop"], ["arguments"]),
+    "/admin/webhooks/deliveries/{delivery_id}/resend": (["csrf"], []),
 }
 ADMIN_QUERY = ["q", "agent", "status", "cursor", "tab", "after", "server", "loop", "before"]
 
@@ -128,6 +131,7 @@ async def ids(pool: Pool) -> dict[str, str]:
         "name": "nightly",
         "inbound_id": "1",
         "action": "resume",
+        "delivery_id": "1",
     }
 
 
