@@ -43,6 +43,7 @@ from uuid import UUID
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
+from agentd.api import streams
 from agentd.api.problems import ApiProblem
 from agentd.api.routes_loops import app_state
 from agentd.api.streams import END, KEEPALIVE_SECONDS, StreamHub, Subscription
@@ -134,11 +135,6 @@ def _snapshot_messages(rows: list[Message], calls: list[ToolCall]) -> list[dict[
                 }
             )
     return out
-
-
-def _newest_assistant(rows: list[Message], at_most: int | None = None) -> int:
-    ids = [m.id for m in rows if m.role == "assistant" and (at_most is None or m.id <= at_most)]
-    return max(ids, default=0)
 
 
 class AguiStream:
@@ -335,7 +331,7 @@ class AguiStream:
             self.sent.add(m.id)
             self.high = max(self.high, m.id)  # the message's own events carry its id
             frames += self._message(m, by_message.get(m.id, []))
-        newest = _newest_assistant(rows)
+        newest = streams.newest_assistant(rows)
         if newest > self.floor:
             self.floor = newest
             self.sent = {i for i in self.sent if i > newest}
@@ -434,7 +430,7 @@ class AguiStream:
         resume = self.resume
         if resume is None or resume.ended:
             # A new run: it starts after every message there is now.
-            self.floor = _newest_assistant(rows)
+            self.floor = streams.newest_assistant(rows)
             self.sent = {m.id for m in rows if m.id > self.floor}
             self.high = max((m.id for m in rows), default=0)
             self.anchor = self.high
@@ -442,7 +438,7 @@ class AguiStream:
                 yield frame
         else:
             self.anchor = resume.anchor
-            self.floor = _newest_assistant(rows, at_most=resume.high)
+            self.floor = streams.newest_assistant(rows, at_most=resume.high)
             self.sent = {
                 m.id for m in rows if self.floor < m.id <= resume.high and m.role != "tool"
             }

@@ -149,7 +149,7 @@ def _frame(event: str, event_id: str, data: dict[str, Any]) -> str:
     return f"id: {event_id}\nevent: {event}\ndata: {json.dumps(data, default=str)}\n\n"
 
 
-def _newest_assistant(rows: list[Message], at_most: int | None = None) -> int:
+def newest_assistant(rows: list[Message], at_most: int | None = None) -> int:
     ids = [m.id for m in rows if m.role == "assistant" and (at_most is None or m.id <= at_most)]
     return max(ids, default=0)
 
@@ -188,7 +188,7 @@ class LoopStream:
             self.sent.add(out.id)
             self.high = max(self.high, out.id)
             frames.append(_frame("message", f"m{out.id}", out.model_dump(mode="json")))
-        newest = _newest_assistant(rows)
+        newest = newest_assistant(rows)
         if newest > self.floor:
             self.floor = newest
             self.sent = {i for i in self.sent if i > newest}
@@ -210,11 +210,11 @@ class LoopStream:
         async with connection(self.state.pool) as conn:
             rows = await messages.list_(conn, loop_id=self.loop.id)
         if self.resume_from is None:
-            self.floor = _newest_assistant(rows)
+            self.floor = newest_assistant(rows)
             self.sent = {m.id for m in rows if m.id > self.floor}
             self.high = max((m.id for m in rows), default=0)
         else:
-            self.floor = _newest_assistant(rows, at_most=self.resume_from)
+            self.floor = newest_assistant(rows, at_most=self.resume_from)
             # Only tool results commit out of id order: anything else up to N was sent.
             self.sent = {
                 m.id for m in rows if self.floor < m.id <= self.resume_from and m.role != "tool"
