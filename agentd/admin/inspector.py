@@ -24,9 +24,8 @@ from agentd.api import hygiene
 from agentd.api.state import AppState
 from agentd.db.pool import connection, transaction
 from agentd.mcp.client import PREFIX_SEPARATOR, McpClient, McpTool, ToolOutcome
-from agentd.mcp.config import McpServerConfig
+from agentd.mcp.config import McpServerConfig, agent_mcp_configs
 from agentd.mcp.port import CallContext
-from agentd.pipeline.llm.tool_discovery import agent_mcp_configs
 from agentd.store import events, loops, mcp, tool_calls
 from agentd.store.models import Loop, NewEvent
 

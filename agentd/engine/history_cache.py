@@ -21,7 +21,7 @@ import collections
 import uuid
 from dataclasses import dataclass
 
-from agentd.engine import prompt
+from agentd.engine import transcript
 from agentd.store.models import Message, ToolCall
 
 MAX_LOOPS = 64  # each holds a transcript: a few chained loops per LLM slot
@@ -33,7 +33,7 @@ class Entry:
     last_id: int
     rows: list[Message]
     calls: list[ToolCall]
-    rendered: prompt.Rendered  # the loop's rows as prompt messages (engine/prompt.py)
+    rendered: transcript.Rendered  # the loop's rows as prompt messages
 
 
 class HistoryCache:
@@ -50,8 +50,8 @@ class HistoryCache:
             return None
         return e.last_id
 
-    def rendered(self, loop_id: uuid.UUID) -> prompt.Rendered | None:
-        """The loop's render memo, for prompt.history (None: not held)."""
+    def rendered(self, loop_id: uuid.UUID) -> transcript.Rendered | None:
+        """The loop's render memo, for pipeline/llm/prompt.py (None: not held)."""
         e = self.entries.get(loop_id)
         return e.rendered if e is not None else None
 
@@ -74,7 +74,7 @@ class HistoryCache:
         self, loop_id: uuid.UUID, token: uuid.UUID, rows: list[Message], calls: list[ToolCall]
     ) -> None:
         """Hold what a turn's prompt is built from (only what later prompts can show)."""
-        summary, current = prompt.prompt_rows(rows)
+        summary, current = transcript.prompt_rows(rows)
         kept = ([summary] if summary is not None else []) + current
         ids = {r.id for r in kept}
         call_ids = {r.tool_call_id for r in kept if r.tool_call_id is not None}

@@ -29,7 +29,7 @@ from agentd.agent import LoopView
 from agentd.db.pool import DB_ERRORS, Pool, transaction
 from agentd.engine.ticks import Signal, ticks
 from agentd.mcp.client import McpClient
-from agentd.pipeline.llm.tool_discovery import agent_mcp_configs
+from agentd.mcp.config import agent_mcp_configs
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
 from agentd.store import mcp

@@ -16,11 +16,12 @@ import uuid
 from typing import Any
 
 from agentd.db.pool import connection
-from agentd.engine import costs, dispatch, tokens
+from agentd.engine import dispatch
 from agentd.engine.context import TurnContext
 from agentd.errors import FenceLost
 from agentd.observability import tracing
 from agentd.pipeline.builder import Handler
+from agentd.pipeline.llm import costs, tokens
 from agentd.store import jobs, loops, tool_calls
 from agentd.store.models import NewEvent
 

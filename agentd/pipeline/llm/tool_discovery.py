@@ -30,15 +30,14 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from agentd import logs, redact
-from agentd.agent import resolve
 from agentd.db.pool import connection, transaction
-from agentd.engine import deferral
 from agentd.engine.context import TurnContext
 from agentd.errors import AgentdError, FenceLost, ToolTimeout, ToolTransportError
 from agentd.llm.types import ToolSpec
-from agentd.mcp.config import McpServerConfig
+from agentd.mcp.config import McpServerConfig, agent_mcp_configs
 from agentd.mcp.port import CallContext
 from agentd.pipeline.builder import Handler
+from agentd.pipeline.llm import deferral
 from agentd.pipeline.wire import mcp_events
 from agentd.store import events, loops, mcp
 from agentd.store.models import NewEvent
@@ -52,11 +51,6 @@ log = logs.get("agentd.turn")
 MCP_UNAVAILABLE = "mcp_unavailable"  # the deferral's status_reason and event reason
 _RETRYABLE_4XX = frozenset({408, 425, 429})
 _EVENT_PAGE = 500
-
-
-async def agent_mcp_configs(agent: Any) -> list[McpServerConfig]:
-    entries = await resolve(agent.mcp_servers())
-    return [e if isinstance(e, McpServerConfig) else McpServerConfig.parse(e) for e in entries]
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
