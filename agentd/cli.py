@@ -405,6 +405,7 @@ def _app(settings: Settings, pool: Any, url: str, registry: Any, engine: Any, to
 
 async def _up(settings: Settings, args: argparse.Namespace) -> int:
     from agentd.engine.service import Engine
+    from agentd.pipeline.stacks import Stacks
 
     stop = _stop_on_signals()
     registry = _registry(settings)
@@ -413,7 +414,12 @@ async def _up(settings: Settings, args: argparse.Namespace) -> int:
         async with _database(settings, migrate_first=True, stop=stop) as (pool, url):
             token = _token(settings)
             engine = Engine(
-                settings=settings, pool=pool, registry=registry, url=url, queues=list(QUEUES)
+                settings=settings,
+                pool=pool,
+                registry=registry,
+                url=url,
+                stacks=Stacks(),
+                queues=list(QUEUES),
             )
             app = _app(settings, pool, url, registry, engine, token)
             log.info("agentd.up", host=settings.host, port=server.port, agents=registry.names())
@@ -427,6 +433,7 @@ async def _up(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _worker(settings: Settings, args: argparse.Namespace) -> int:
     from agentd.engine.service import Engine
+    from agentd.pipeline.stacks import Stacks
 
     stop = _stop_on_signals()
     registry = _registry(settings)
@@ -435,7 +442,12 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
     async with _database(settings, migrate_first=False, stop=stop) as (pool, url):
         await _require_current(pool)
         engine = Engine(
-            settings=settings, pool=pool, registry=registry, url=url, queues=list(settings.queues)
+            settings=settings,
+            pool=pool,
+            registry=registry,
+            url=url,
+            stacks=Stacks(),
+            queues=list(settings.queues),
         )
         if not settings.metrics_port:
             await engine.run(stop)

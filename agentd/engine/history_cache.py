@@ -2,17 +2,18 @@
 
 A turn records here the rows its prompt was built from (the latest summary and the rows
 after its coverage, with their tool calls), keyed by loop and tagged with the turn's
-execution token. When one of that turn's tool calls chains the next turn (ResponseCreation),
-it asks `after(loop_id, generation)`: only if the call still runs on that token — no
-lifecycle action (regenerate, pause/resume, continue, edit) rotated it since, and such
-actions are the only writes that change a stored row of the prompt — does the chained
-prefetch read just the rows after the last id held (migrations/0010); everything added
-since (the answer, tool results, a summary) has a larger id. Anything else — a claim, a
+execution token. When one of that turn's tool calls chains the next turn (ResponseCreation,
+through the chain the worker offers it), `after(loop_id, generation)` is asked: only if the
+call still runs on that token — no lifecycle action (regenerate, pause/resume, continue,
+edit) rotated it since, and such actions are the only writes that change a stored row of
+the prompt — does the chained prefetch read just the rows after the last id held
+(migrations/0010); everything added since (the answer, tool results, a summary) has a
+larger id. Anything else — a claim, a
 token mismatch, an evicted entry, a restart, another worker's turn — reads in full.
 
 Guarantee: the merged rows are what a full read would return (tests/integration/long_loops).
 Never: trusts an entry for a different generation.
-Called by: engine.worker (record, merge), pipeline/tool/response_creation (after).
+Called by: engine.worker (record, merge, and after() for the chain it offers a tool call).
 """
 
 from __future__ import annotations
