@@ -11,15 +11,12 @@ import inspect
 import os
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 from uuid import UUID
 
 from agentd.errors import ConfigError
 from agentd.llm.types import Provider
-
-if TYPE_CHECKING:
-    from agentd.engine.context import ToolContext, TurnContext
-    from agentd.pipeline.builder import Builder
+from agentd.pipeline.builder import Builder
 
 T = TypeVar("T")
 
@@ -138,12 +135,17 @@ class Agent:
         """This loop's MCP server entries (dicts or McpServerConfig). Defaults to `mcps`."""
         return list(self.mcps)
 
+    # The builders are a Builder[TurnContext] and a Builder[ToolContext]. They are typed
+    # Builder[Any] here because the contexts carry the agent: naming them in this module
+    # would tie the two in a circle, and an edit takes middleware classes, never a context.
+    # An override may annotate the precise type (`agentd.Builder[agentd.TurnContext]`).
+
     @classmethod
-    def configure_llm_middlewares(cls, builder: Builder[TurnContext]) -> None:
+    def configure_llm_middlewares(cls, builder: Builder[Any]) -> None:
         """Edit this agent's LLM turn pipeline (insert_before/after, replace, delete, use)."""
 
     @classmethod
-    def configure_tool_middlewares(cls, builder: Builder[ToolContext]) -> None:
+    def configure_tool_middlewares(cls, builder: Builder[Any]) -> None:
         """Edit this agent's tool call pipeline."""
 
 

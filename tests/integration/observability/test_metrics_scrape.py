@@ -6,12 +6,12 @@ import uuid
 import httpx
 from observability_kit import Scrape
 
+from agentd.api import probes
 from agentd.api.app import create_app
 from agentd.api.state import AppState
 from agentd.db.pool import Pool, connection
 from agentd.engine.reaper import Reaper
 from agentd.engine.service import Engine
-from agentd.observability import probes
 from agentd.observability.metrics import Telemetry
 from agentd.registry import AgentRegistry
 from agentd.store import loops
