@@ -11,12 +11,15 @@ import inspect
 import os
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from uuid import UUID
 
 from agentd.errors import ConfigError
 from agentd.llm.types import Provider
 from agentd.pipeline.builder import Builder
+
+if TYPE_CHECKING:
+    from agentd.mcp.config import McpServerConfig
 
 T = TypeVar("T")
 
@@ -154,3 +157,11 @@ async def resolve(value: T | Awaitable[T]) -> T:
     if inspect.isawaitable(value):
         return await value
     return value
+
+
+async def agent_mcp_configs(agent: Agent) -> list[McpServerConfig]:
+    """The agent's MCP servers for its loop: its `mcp_servers()` hook (sync or async), parsed."""
+    from agentd.mcp.config import McpServerConfig  # a pydantic model: not built at `import agentd`
+
+    entries = await resolve(agent.mcp_servers())
+    return [e if isinstance(e, McpServerConfig) else McpServerConfig.parse(e) for e in entries]

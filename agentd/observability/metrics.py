@@ -174,7 +174,7 @@ class Telemetry:
         """A committed turn's cost (a float here: metrics are not the ledger, loops.cost is)."""
         self.cost.labels(agent=agent, model=model or "unknown").inc(float(cost))
 
-    # --- recorded once per job, by agentd.observability.scopes ---------------------------
+    # --- recorded once per job, by agentd.engine.scopes ----------------------------------
 
     def turn_finished(
         self,
