@@ -11,7 +11,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from agentd import __about__, logs
-from agentd.api.serve import HttpServer, api_app, bind
+from agentd.api.serve import HttpServer, api_app
 from agentd.db.startup import Interrupted, open_database, ready_url
 from agentd.errors import (
     AddressInUse,
@@ -259,7 +259,7 @@ async def _up(settings: Settings, args: argparse.Namespace) -> int:
 
     stop = _stop_on_signals()
     registry = _registry(settings)
-    server = HttpServer(settings)
+    server = HttpServer(settings.host, settings.port)
     try:
         async with open_database(settings, migrate_first=True, stop=stop) as (pool, url):
             token = _token(settings)
@@ -281,40 +281,49 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
 
     stop = _stop_on_signals()
     registry = _registry(settings)
-    if settings.metrics_port:  # a taken probe port is one clear error, before anything starts
-        bind(settings.host, settings.metrics_port, setting="AGENTD_METRICS_PORT").close()
-    async with open_database(settings, migrate_first=False, stop=stop) as (pool, url):
-        await _require_current(pool)
-        engine = Engine(
-            settings=settings, pool=pool, registry=registry, url=url, queues=list(settings.queues)
-        )
-        if not settings.metrics_port:
-            await engine.run(stop)
-            return 0
-        from agentd.api import probes
-
-        server = probes.ProbeServer(
-            probes.create_app(engine), host=settings.host, port=settings.metrics_port
-        )
-        log.info("agentd.metrics_port", host=settings.host, port=settings.metrics_port)
-        served = asyncio.Event()  # probes answer until the drain is over, not just begun
-
-        async def work() -> None:
-            try:
+    # Bound first, as the API's port is: a taken probe port is one clear error at once.
+    probe = (
+        HttpServer(settings.host, settings.metrics_port, setting="AGENTD_METRICS_PORT")
+        if settings.metrics_port
+        else None
+    )
+    try:
+        async with open_database(settings, migrate_first=False, stop=stop) as (pool, url):
+            await _require_current(pool)
+            engine = Engine(
+                settings=settings,
+                pool=pool,
+                registry=registry,
+                url=url,
+                queues=list(settings.queues),
+            )
+            if probe is None:
                 await engine.run(stop)
-            finally:
-                served.set()
+                return 0
+            from agentd.api import probes
 
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(work(), name="engine")
-            tg.create_task(server.run(served), name="probe-server")
+            log.info("agentd.metrics_port", host=settings.host, port=probe.port)
+            served = asyncio.Event()  # probes answer until the drain is over, not just begun
+
+            async def work() -> None:
+                try:
+                    await engine.run(stop)
+                finally:
+                    served.set()
+
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(work(), name="engine")
+                tg.create_task(probe.serve(probes.create_app(engine), served), name="probes")
+    finally:
+        if probe is not None:
+            probe.close()
     return 0
 
 
 async def _api(settings: Settings, args: argparse.Namespace) -> int:
     stop = _stop_on_signals()
     registry = _registry(settings)
-    server = HttpServer(settings)
+    server = HttpServer(settings.host, settings.port)
     try:
         async with open_database(settings, migrate_first=False, stop=stop) as (pool, url):
             await _require_current(pool)

@@ -2,16 +2,13 @@
 
 A worker serves no API, but Prometheus must scrape its process metrics and Kubernetes
 must probe it. This tiny app reuses the API's health and metrics routes (the same auth
-rule: `AGENTD_METRICS_PUBLIC` or a token) without the fleet gauges the API exports.
+rule: `AGENTD_METRICS_PUBLIC` or a token) without the fleet gauges the API exports; it is
+served as the API is (`agentd.api.serve.HttpServer`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import secrets
-from collections.abc import Iterator
-from typing import Any
 
 from fastapi import FastAPI
 
@@ -41,44 +38,3 @@ def create_app(engine: Engine) -> FastAPI:
     app.include_router(health.router)
     app.include_router(metrics.router)
     return app
-
-
-class ProbeServer:
-    """uvicorn in our event loop, without its signal handling; `port` is the bound port
-    once `started` is set (pass 0 for an ephemeral one)."""
-
-    def __init__(self, app: Any, *, host: str, port: int) -> None:
-        import uvicorn
-
-        ready = self.started = asyncio.Event()
-
-        class Server(uvicorn.Server):
-            @contextlib.contextmanager
-            def capture_signals(self) -> Iterator[None]:
-                yield
-
-            async def startup(self, sockets: Any = None) -> None:
-                await super().startup(sockets)
-                ready.set()
-
-        config = uvicorn.Config(
-            app, host=host, port=port, log_config=None, access_log=False, lifespan="off"
-        )
-        self.server = Server(config)
-
-    @property
-    def port(self) -> int:
-        (server,) = self.server.servers
-        return int(server.sockets[0].getsockname()[1])
-
-    async def run(self, stop: asyncio.Event) -> None:
-        task = asyncio.create_task(self.server.serve(), name="probe-server")
-        stopper = asyncio.create_task(stop.wait())
-        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        self.server.should_exit = True
-        stopper.cancel()
-        await task
-        if not stop.is_set():
-            from agentd.errors import AgentdError
-
-            raise AgentdError("the metrics port stopped unexpectedly (is it in use?)")

@@ -1,9 +1,9 @@
-"""Serving the API: the app for a process, and uvicorn inside our event loop.
+"""Serving over HTTP: the API app for a process, and uvicorn inside our event loop.
 
-Shared by `agentd up`, `agentd api` and `agentd demo`. The listening socket is bound
-before anything else starts, so a taken port is one clear error at once (not a traceback
-after the database is up); uvicorn gets no signal handling of its own, the command's
-`stop` event ends it.
+Shared by `agentd up`, `agentd api`, `agentd worker` (its probe port) and `agentd demo`.
+The listening socket is bound before anything else starts, so a taken port is one clear
+error at once (not a traceback after the database is up); uvicorn gets no signal handling
+of its own, the command's `stop` event ends it.
 """
 
 from __future__ import annotations
@@ -40,12 +40,12 @@ def bind(host: str, port: int, *, setting: str = "AGENTD_PORT or --port") -> soc
 
 class HttpServer:
     """uvicorn in our event loop, with our signal handling (not uvicorn's), on a socket
-    bound when this is created."""
+    bound when this is created (port 0: an ephemeral one; `port` says which)."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.socket = bind(settings.host, settings.port)
+    def __init__(self, host: str, port: int, *, setting: str = "AGENTD_PORT or --port") -> None:
+        self.socket = bind(host, port, setting=setting)
+        self.host = host
         self.port = int(self.socket.getsockname()[1])
-        self.settings = settings
 
     async def serve(self, app: Any, stop: asyncio.Event) -> None:
         import uvicorn
@@ -57,7 +57,7 @@ class HttpServer:
 
         config = uvicorn.Config(
             app,
-            host=self.settings.host,
+            host=self.host,
             port=self.port,
             log_config=None,
             access_log=False,

@@ -165,7 +165,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         engine = Engine(
             settings=settings, pool=pool, registry=registry, url=url, queues=["maintenance"]
         )
-        server = HttpServer(settings)
+        server = HttpServer(settings.host, settings.port)
         stack.callback(server.close)
         app = api_app(settings, pool, url, registry, engine, token)
         tasks = [
