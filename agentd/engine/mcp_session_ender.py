@@ -25,11 +25,10 @@ from typing import Any
 from uuid import UUID
 
 from agentd import logs, redact
-from agentd.agent import LoopView
+from agentd.agent import LoopView, agent_mcp_configs
 from agentd.db.pool import DB_ERRORS, Pool, transaction
 from agentd.engine.ticks import Signal, ticks
 from agentd.mcp.client import McpClient
-from agentd.mcp.config import agent_mcp_configs
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
 from agentd.store import mcp

@@ -24,7 +24,7 @@ from typing import Any
 
 from agentd import logs
 from agentd.db.pool import DB_ERRORS, Connection, connection
-from agentd.engine import dispatch
+from agentd.engine import dispatch, scopes
 from agentd.engine.chaining import Chain
 from agentd.engine.context import ToolContext, TurnContext
 from agentd.engine.history_cache import HistoryCache
@@ -32,7 +32,6 @@ from agentd.engine.lease_renewer import Lease
 from agentd.engine.runtime import Runtime
 from agentd.engine.stacks import StackSource
 from agentd.engine.ticks import Signal
-from agentd.observability import scopes
 from agentd.store import jobs, loops, messages, tool_calls
 from agentd.store.models import Loop
 

@@ -6,7 +6,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from agentd.agent import resolve
 from agentd.errors import ConfigError
 
 _WHERE = ("url", "command", "toolset", "transport")
@@ -76,9 +75,3 @@ class McpServerConfig(BaseModel):
                 else:
                     problems.append(f"{loc}: {err['msg']}")
             raise ConfigError(f"mcps entry {name!r}: " + "; ".join(problems)) from exc
-
-
-async def agent_mcp_configs(agent: Any) -> list[McpServerConfig]:
-    """The agent's `mcp_servers()` (awaited when it is async), each entry parsed."""
-    entries = await resolve(agent.mcp_servers())
-    return [e if isinstance(e, McpServerConfig) else McpServerConfig.parse(e) for e in entries]

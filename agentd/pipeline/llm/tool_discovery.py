@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from agentd import logs, redact
+from agentd.agent import agent_mcp_configs
 from agentd.db.pool import connection, transaction
 from agentd.engine.context import TurnContext
 from agentd.errors import AgentdError, FenceLost, ToolTimeout, ToolTransportError
 from agentd.llm.types import ToolSpec
-from agentd.mcp.config import McpServerConfig, agent_mcp_configs
+from agentd.mcp.config import McpServerConfig
 from agentd.mcp.port import CallContext
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.llm import deferral
