@@ -19,8 +19,8 @@ from agentd.api.state import AppState
 from agentd.db.pool import connection
 from agentd.engine import costs, loop_limits, loop_state, tokens
 from agentd.engine.lifecycle import DEFAULT_RESUME_FROM
-from agentd.engine.states import ACTIVE, LoopStatus
 from agentd.errors import AgentdError, BadRequest, PreconditionFailed
+from agentd.states import ACTIVE, ApprovalStatus, LoopStatus, MessageStatus, TransitionReason
 from agentd.store import events, jobs, loops, mcp, messages, tool_calls
 from agentd.store.models import Event, Loop, Message, ToolCall
 
@@ -188,14 +188,14 @@ def transcript(
     out = []
     prev: int | None = None  # the message before, in the prompt: "regenerate this reply"
     for m in rows:
-        if m.hidden and m.status != "processing":
+        if m.hidden and m.status != MessageStatus.PROCESSING:
             continue  # a failed shell: its turn was retried
         live = not m.hidden and m.superseded_at is None
         if not (m.role == "tool" and m.tool_call_id in known):
             out.append({"m": m, "calls": by_message.get(m.id, []), "prev": prev, "live": live})
         if live:
             prev = m.id
-    pending = [c for c in calls if c.approval_status == "pending"]
+    pending = [c for c in calls if c.approval_status == ApprovalStatus.PENDING]
     return out, pending
 
 
@@ -304,7 +304,7 @@ async def loop_stream(request: Request, loop_id: str) -> Response:
 
 # --- actions -------------------------------------------------------------------------------
 
-LIMIT_REASONS = ("max_steps_exceeded", "token_budget_exceeded")
+LIMIT_REASONS = (TransitionReason.MAX_STEPS, TransitionReason.TOKEN_BUDGET)
 
 
 def _limit(form: Any, name: str) -> int | None:

@@ -10,8 +10,8 @@ from uuid import UUID
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, Strict
 
 from agentd.api import hygiene
-from agentd.engine.states import LoopStatus
 from agentd.llm import prices
+from agentd.states import LoopStatus
 from agentd.store.models import Event, Loop, Message, ToolCall
 
 T = TypeVar("T")

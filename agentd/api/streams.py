@@ -39,8 +39,8 @@ from agentd.api.routes_loops import app_state
 from agentd.api.schemas import render_messages
 from agentd.db.listener import Listener
 from agentd.db.pool import connection
-from agentd.engine.states import LoopStatus
 from agentd.errors import DatabaseUnavailable, LoopNotFound
+from agentd.states import LoopStatus
 from agentd.store import loops, messages, tool_calls
 from agentd.store.models import Loop, Message
 

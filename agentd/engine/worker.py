@@ -30,6 +30,7 @@ from agentd.engine.lease_renewer import Lease
 from agentd.engine.runtime import Runtime
 from agentd.engine.ticks import Signal
 from agentd.observability import scopes
+from agentd.states import ToolCallOutcome, TurnOutcome
 from agentd.store import jobs, loops, messages, tool_calls
 from agentd.store.models import Loop
 
@@ -289,7 +290,7 @@ class Worker:
                 kind="turn",
                 lease=lease,
                 bound=bound,
-                outcome=lambda o: rt.telemetry.turn_outcome(ctx, o),
+                outcome=lambda o: rt.telemetry.turn_outcome(ctx, TurnOutcome(o)),
                 done=self.turn_done,
                 done_fields=lambda: {"seconds": round(time.monotonic() - started, 3)},
             )
@@ -342,7 +343,7 @@ class Worker:
                 kind="tool_call",
                 lease=lease,
                 bound=bound,
-                outcome=lambda o: rt.telemetry.tool_call_outcome(ctx, o),
+                outcome=lambda o: rt.telemetry.tool_call_outcome(ctx, ToolCallOutcome(o)),
                 done=self.tool_done,
                 done_fields=lambda: {"held": ctx.held},
             )
@@ -354,7 +355,7 @@ class Worker:
         kind: str,
         lease: Lease | None,
         bound: Any,
-        outcome: Callable[[str], None],
+        outcome: Callable[[TurnOutcome | ToolCallOutcome], None],
         done: Signal,
         done_fields: Callable[[], dict[str, Any]],
     ) -> None:
@@ -370,12 +371,13 @@ class Worker:
             told = info.get("cancelled_by")  # a pause/stop/regenerate, not a lost lease
             lost = told is None and lease is not None and lease.lost
             why = lease.reason if lease is not None and lost else (told or "shutdown")
-            outcome("lease_lost" if lost else "cancelled")
+            # the same words in both vocabularies; the callers convert
+            outcome(TurnOutcome.LEASE_LOST if lost else TurnOutcome.CANCELLED)
             bound.info(f"{kind}.cancelled", reason=why)
             if why == "shutdown":
                 raise
         except Exception:
-            outcome("failed")
+            outcome(TurnOutcome.FAILED)
             bound.exception(f"{kind}.crashed")
         finally:
             if lease is not None and self.runtime.renewer is not None:

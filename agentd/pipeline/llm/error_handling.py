@@ -20,7 +20,6 @@ from agentd.db.pool import (
     until_reachable,
 )
 from agentd.engine.context import TurnContext
-from agentd.engine.states import TransitionReason
 from agentd.errors import (
     AgentdError,
     CostBudgetExceeded,
@@ -31,6 +30,7 @@ from agentd.errors import (
 )
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.wire import llm_events
+from agentd.states import LoopStatus, TransitionReason, TurnOutcome
 from agentd.store import events, jobs, loops, messages
 from agentd.store.models import NewEvent
 
@@ -45,7 +45,7 @@ class ErrorHandling:
         try:
             await self.app(ctx)
         except FenceLost:
-            ctx.runtime.telemetry.turn_outcome(ctx, "fence_lost")
+            ctx.runtime.telemetry.turn_outcome(ctx, TurnOutcome.FENCE_LOST)
             log.info("turn.fence_lost", loop_id=str(ctx.loop.id))
         except asyncio.CancelledError:
             raise
@@ -59,17 +59,17 @@ class ErrorHandling:
                 if isinstance(exc, CostBudgetExceeded)
                 else TransitionReason.MAX_STEPS
             )
-            await self._settle(ctx, "paused", reason, exc.message, exc)
+            await self._settle(ctx, LoopStatus.PAUSED, reason, exc.message, exc)
         except Exception as exc:
             if lost_connection(exc):
                 # A database blip is not the model's failure: leave the turn to its lease.
-                ctx.runtime.telemetry.turn_outcome(ctx, "db_unavailable")
+                ctx.runtime.telemetry.turn_outcome(ctx, TurnOutcome.DB_UNAVAILABLE)
                 log.warning("turn.db_connection_lost", loop_id=str(ctx.loop.id), error=repr(exc))
                 return
             if schema_changed(exc):
                 # A migration outdated a cached statement mid-transaction: nothing was
                 # written, and the pool's cache is already dropped. Run the turn again now.
-                ctx.runtime.telemetry.turn_outcome(ctx, "retried")
+                ctx.runtime.telemetry.turn_outcome(ctx, TurnOutcome.RETRIED)
                 log.info("turn.schema_changed", loop_id=str(ctx.loop.id), error=repr(exc))
                 await self._give_back(ctx)
                 return
@@ -85,7 +85,7 @@ class ErrorHandling:
                 error=message,
                 exc_info=not isinstance(exc, AgentdError),
             )
-            await self._settle(ctx, "failed", TransitionReason.TURN_FAILED, message, exc)
+            await self._settle(ctx, LoopStatus.FAILED, TransitionReason.TURN_FAILED, message, exc)
 
     async def _give_back(self, ctx: TurnContext) -> None:
         async def release() -> None:
@@ -98,7 +98,12 @@ class ErrorHandling:
             log.info("turn.give_back_failed", loop_id=str(ctx.loop.id), error=repr(error))
 
     async def _settle(
-        self, ctx: TurnContext, status: str, reason: str, message: str, exc: BaseException
+        self,
+        ctx: TurnContext,
+        status: LoopStatus,
+        reason: TransitionReason,
+        message: str,
+        exc: BaseException,
     ) -> None:
         wire = llm_events(getattr(exc, "exchanges", None) or [], loop_id=ctx.loop.id)
         async with transaction(ctx.runtime.pool) as conn:
@@ -106,13 +111,13 @@ class ErrorHandling:
                 conn,
                 loop_id=ctx.loop.id,
                 execution_token=ctx.execution_token,
-                from_statuses=["running"],
+                from_statuses=[LoopStatus.RUNNING],
                 status=status,
                 reason=reason,
                 error_message=message,
             )
             if row is None:
-                ctx.runtime.telemetry.turn_outcome(ctx, "fence_lost")
+                ctx.runtime.telemetry.turn_outcome(ctx, TurnOutcome.FENCE_LOST)
                 log.info("turn.fence_lost", loop_id=str(ctx.loop.id), while_="failing")
                 return
             await messages.fail_shells(conn, loop_id=ctx.loop.id)
@@ -139,4 +144,4 @@ class ErrorHandling:
             )
         ctx.events_flushed = True
         ctx.finished = True
-        ctx.runtime.telemetry.turn_outcome(ctx, status)
+        ctx.runtime.telemetry.turn_outcome(ctx, TurnOutcome(status))

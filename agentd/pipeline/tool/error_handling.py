@@ -17,9 +17,9 @@ import asyncio
 from agentd import logs
 from agentd.db.pool import lost_connection, schema_changed, transaction, until_reachable
 from agentd.engine.context import ToolContext
-from agentd.engine.states import TransitionReason
 from agentd.errors import AgentdError, FenceLost
 from agentd.pipeline.builder import Handler
+from agentd.states import LoopStatus, ToolCallOutcome, TransitionReason
 from agentd.store import events, jobs, loops, tool_calls
 from agentd.store.models import NewEvent
 
@@ -35,7 +35,7 @@ class ErrorHandling:
         try:
             await self.app(ctx)
         except FenceLost:
-            ctx.runtime.telemetry.tool_call_outcome(ctx, "fence_lost")
+            ctx.runtime.telemetry.tool_call_outcome(ctx, ToolCallOutcome.FENCE_LOST)
             log.info("tool_call.fence_lost", tool_call_id=tc.id, loop_id=str(tc.loop_id))
         except asyncio.CancelledError:
             raise
@@ -43,7 +43,7 @@ class ErrorHandling:
             if lost_connection(exc) or schema_changed(exc):
                 # A database blip, or a cached statement a migration outdated, is not the
                 # tool's failure: hand the call back so it runs again.
-                ctx.runtime.telemetry.tool_call_outcome(ctx, "db_unavailable")
+                ctx.runtime.telemetry.tool_call_outcome(ctx, ToolCallOutcome.DB_UNAVAILABLE)
                 log.warning(
                     "tool_call.db_connection_lost",
                     tool_call_id=tc.id,
@@ -68,13 +68,13 @@ class ErrorHandling:
                     conn,
                     loop_id=tc.loop_id,
                     execution_token=ctx.generation,
-                    from_statuses=["running", "waiting"],
-                    status="failed",
+                    from_statuses=[LoopStatus.RUNNING, LoopStatus.WAITING],
+                    status=LoopStatus.FAILED,
                     reason=TransitionReason.TOOL_FAILED,
                     error_message=text,
                 )
                 if row is None:
-                    ctx.runtime.telemetry.tool_call_outcome(ctx, "fence_lost")
+                    ctx.runtime.telemetry.tool_call_outcome(ctx, ToolCallOutcome.FENCE_LOST)
                     return
                 # Under the loop lock just taken (loop first, then the call).
                 await tool_calls.fail(conn, tool_call_id=tc.id, error_message=text)
@@ -96,11 +96,11 @@ class ErrorHandling:
                     {
                         "type": "status",
                         "loop_id": str(tc.loop_id),
-                        "status": "failed",
+                        "status": LoopStatus.FAILED,
                         "error": text,
                     },
                 )
-            ctx.runtime.telemetry.tool_call_outcome(ctx, "failed")
+            ctx.runtime.telemetry.tool_call_outcome(ctx, ToolCallOutcome.FAILED)
 
     async def _give_back(self, ctx: ToolContext) -> None:
         tc = ctx.tool_call
