@@ -17,6 +17,7 @@ from typing import Any
 from uuid import UUID
 
 from agentd.db.pool import Connection
+from agentd.states import LoopStatus
 from agentd.store import events
 from agentd.store.models import Loop, NewEvent, ToolCall
 from agentd.store.queries import sql
@@ -74,7 +75,7 @@ async def set_status(
     conn: Connection,
     *,
     loop_id: UUID,
-    status: str,
+    status: LoopStatus,
     execution_token: UUID | None,
     reason: str | None,
     error_message: str | None = None,
@@ -244,8 +245,8 @@ async def fenced_transition(
     *,
     loop_id: UUID,
     execution_token: UUID,
-    from_statuses: list[str],
-    status: str,
+    from_statuses: list[LoopStatus],
+    status: LoopStatus,
     reason: str,
     error_message: str | None = None,
     new_token: UUID | None = None,
