@@ -97,21 +97,6 @@ async def merge_state(conn: Connection, *, loop_id: UUID, patch: dict[str, Any])
     return _loop(await conn.fetchrow(sql("loop_merge_state"), loop_id, patch))
 
 
-async def finalize_turn(
-    conn: Connection,
-    *,
-    loop_id: UUID,
-    execution_token: UUID,
-    completed: bool,
-    tokens: tuple[int, int, int],
-    estimated: bool = False,
-) -> Loop | None:
-    rec = await conn.fetchrow(
-        sql("loop_finalize_turn"), loop_id, execution_token, completed, *tokens, estimated
-    )
-    return _loop(rec)
-
-
 @dataclass(frozen=True)
 class FinalizedTurn:
     loop: Loop
