@@ -13,8 +13,9 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 
 from agentd import logs
-from agentd.db.pool import DB_ERRORS, Connection, connection
+from agentd.db.pool import Connection, connection
 from agentd.engine.runtime import Runtime
+from agentd.errors import DatabaseError
 from agentd.states import JobQueue
 from agentd.store import jobs
 from agentd.store.models import ToolCall
@@ -92,7 +93,7 @@ def hand_back(
         try:
             async with connection(runtime.pool) as conn:
                 await op(conn)
-        except DB_ERRORS as exc:
+        except DatabaseError as exc:
             log.warning("hand_back.failed", what=what, loop_id=str(loop_id), error=repr(exc))
 
     task = asyncio.get_running_loop().create_task(run())

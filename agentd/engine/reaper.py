@@ -25,8 +25,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from agentd import logs
-from agentd.db.pool import DB_ERRORS, Pool, transaction
+from agentd.db.pool import Pool, transaction
 from agentd.engine.ticks import Signal, ticks
+from agentd.errors import DatabaseError
 from agentd.settings import Settings
 from agentd.states import JobQueue, TransitionReason
 from agentd.store import events, jobs, loops, messages, tool_calls, workers
@@ -134,7 +135,7 @@ class Reaper:
         async for _ in ticks(self.settings.liveness_interval, stop, jitter=0.2):
             try:
                 report = await self.liveness_once()
-            except DB_ERRORS as exc:
+            except DatabaseError as exc:
                 log.warning("reaper.liveness_failed", error=str(exc))
                 continue
             if report:
@@ -145,7 +146,7 @@ class Reaper:
         async for _ in ticks(self.settings.reaper_interval, stop, jitter=0.1):
             try:
                 report = await self.sweep_once()
-            except DB_ERRORS as exc:
+            except DatabaseError as exc:
                 log.warning("reaper.sweep_failed", error=str(exc))
                 continue
             if report:

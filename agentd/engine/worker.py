@@ -23,12 +23,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentd import logs
-from agentd.db.pool import DB_ERRORS, connection
+from agentd.db.pool import connection
 from agentd.engine.context import ToolContext, TurnContext
 from agentd.engine.history_cache import HistoryCache
 from agentd.engine.lease_renewer import Lease
 from agentd.engine.runtime import Runtime
 from agentd.engine.ticks import Signal
+from agentd.errors import DatabaseError
 from agentd.observability import scopes
 from agentd.states import ToolCallOutcome, TurnOutcome
 from agentd.store import jobs, loops, messages, tool_calls
@@ -177,7 +178,7 @@ class Worker:
             try:
                 got = await (self._claim_llm() if queue == "llm" else self._claim_tool())
                 backoff = 0.1
-            except DB_ERRORS as exc:
+            except DatabaseError as exc:
                 log.warning("worker.claim_failed", queue=queue, error=str(exc), retry_in=backoff)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=backoff)
@@ -424,5 +425,5 @@ class Worker:
                 await jobs.notify(conn, queue="llm")
                 await jobs.notify(conn, queue="tool")
             log.info("worker.released", turns=len(turns), tool_calls=len(tools))
-        except DB_ERRORS as exc:
+        except DatabaseError as exc:
             log.warning("worker.release_failed", error=str(exc))

@@ -12,20 +12,17 @@ from __future__ import annotations
 import asyncio
 
 from agentd import logs
-from agentd.db.pool import (
-    lost_connection,
-    refused_write,
-    schema_changed,
-    transaction,
-    until_reachable,
-)
+from agentd.db.pool import refused_write, transaction, until_reachable
 from agentd.engine.context import TurnContext
 from agentd.errors import (
     AgentdError,
     CostBudgetExceeded,
+    DatabaseError,
+    DatabaseUnavailable,
     FenceLost,
     LimitExceeded,
     MaxDurationExceeded,
+    SchemaChanged,
     TokenBudgetExceeded,
 )
 from agentd.pipeline.builder import Handler
@@ -61,30 +58,31 @@ class ErrorHandling:
             )
             await self._settle(ctx, LoopStatus.PAUSED, reason, exc.message, exc)
         except Exception as exc:
-            if lost_connection(exc):
-                # A database blip is not the model's failure: leave the turn to its lease.
-                ctx.runtime.telemetry.turn_outcome(ctx, TurnOutcome.DB_UNAVAILABLE)
-                log.warning("turn.db_connection_lost", loop_id=str(ctx.loop.id), error=repr(exc))
-                return
-            if schema_changed(exc):
+            if isinstance(exc, SchemaChanged):
                 # A migration outdated a cached statement mid-transaction: nothing was
                 # written, and the pool's cache is already dropped. Run the turn again now.
                 ctx.runtime.telemetry.turn_outcome(ctx, TurnOutcome.RETRIED)
                 log.info("turn.schema_changed", loop_id=str(ctx.loop.id), error=repr(exc))
                 await self._give_back(ctx)
                 return
-            message = (
-                exc.message
-                if isinstance(exc, AgentdError)
+            if isinstance(exc, DatabaseUnavailable):
+                # A database blip is not the model's failure: leave the turn to its lease.
+                ctx.runtime.telemetry.turn_outcome(ctx, TurnOutcome.DB_UNAVAILABLE)
+                log.warning("turn.db_connection_lost", loop_id=str(ctx.loop.id), error=repr(exc))
+                return
+            # A statement the database refused is a bug, like an exception that is not ours.
+            if isinstance(exc, AgentdError) and not isinstance(exc, DatabaseError):
+                unexpected = False
+                message = exc.message
+            else:
+                unexpected = True
                 # the driver's wording (and the text it quotes) is for the log, not for users
-                else refused_write(exc) or f"{type(exc).__name__}: {exc}"
-            )
-            log.warning(
-                "turn.failed",
-                loop_id=str(ctx.loop.id),
-                error=message,
-                exc_info=not isinstance(exc, AgentdError),
-            )
+                message = refused_write(exc) or (
+                    f"{exc.driver}: {exc.message}"
+                    if isinstance(exc, DatabaseError)
+                    else f"{type(exc).__name__}: {exc}"
+                )
+            log.warning("turn.failed", loop_id=str(ctx.loop.id), error=message, exc_info=unexpected)
             await self._settle(ctx, LoopStatus.FAILED, TransitionReason.TURN_FAILED, message, exc)
 
     async def _give_back(self, ctx: TurnContext) -> None:

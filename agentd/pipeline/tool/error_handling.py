@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 
 from agentd import logs
-from agentd.db.pool import lost_connection, schema_changed, transaction, until_reachable
+from agentd.db.pool import transaction, until_reachable
 from agentd.engine.context import ToolContext
-from agentd.errors import AgentdError, FenceLost
+from agentd.errors import AgentdError, DatabaseError, DatabaseUnavailable, FenceLost
 from agentd.pipeline.builder import Handler
 from agentd.states import LoopStatus, ToolCallOutcome, TransitionReason
 from agentd.store import events, jobs, loops, tool_calls
@@ -40,7 +40,7 @@ class ErrorHandling:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if lost_connection(exc) or schema_changed(exc):
+            if isinstance(exc, DatabaseUnavailable):  # SchemaChanged included
                 # A database blip, or a cached statement a migration outdated, is not the
                 # tool's failure: hand the call back so it runs again.
                 ctx.runtime.telemetry.tool_call_outcome(ctx, ToolCallOutcome.DB_UNAVAILABLE)
@@ -52,15 +52,19 @@ class ErrorHandling:
                 )
                 await self._give_back(ctx)
                 return
-            message = (
-                exc.message if isinstance(exc, AgentdError) else f"{type(exc).__name__}: {exc}"
-            )
+            unexpected = not isinstance(exc, AgentdError) or isinstance(exc, DatabaseError)
+            if isinstance(exc, DatabaseError):
+                message = f"{exc.driver}: {exc.message}"
+            elif isinstance(exc, AgentdError):
+                message = exc.message
+            else:
+                message = f"{type(exc).__name__}: {exc}"
             log.warning(
                 "tool_call.failed",
                 tool_call_id=tc.id,
                 loop_id=str(tc.loop_id),
                 error=message,
-                exc_info=not isinstance(exc, AgentdError),
+                exc_info=unexpected,
             )
             text = f"tool call {tc.name} (#{tc.id}) failed: {message}"
             async with transaction(ctx.runtime.pool) as conn:
