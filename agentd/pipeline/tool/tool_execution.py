@@ -36,7 +36,7 @@ from agentd.pipeline.llm.tool_discovery import agent_mcp_configs
 from agentd.pipeline.tool import waiting
 from agentd.pipeline.tool.response_creation import ResponseCreation
 from agentd.pipeline.wire import mcp_events
-from agentd.states import ToolCallOutcome, ToolCallStatus
+from agentd.states import InputStatus, ToolCallOutcome, ToolCallStatus
 from agentd.store import mcp, tool_calls
 
 
@@ -152,7 +152,7 @@ class ToolExecution:
             tool_call_id=tc.id,
         )
         limit = max(ctx.runtime.settings.default_tool_timeout, config.timeout)
-        answer = tc.input_response if tc.input_status == "answered" else None
+        answer = tc.input_response if tc.input_status == InputStatus.ANSWERED else None
         try:
             async with asyncio.timeout(limit):
                 if tc.task_id is not None:
