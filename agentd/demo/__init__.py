@@ -102,10 +102,11 @@ async def _registered(pool: Any, *, within: float) -> None:
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     from agentd import logs
-    from agentd.cli import _app, _database, _Server
+    from agentd.api.serve import HttpServer, api_app
     from agentd.client import AsyncClient
     from agentd.db.listener import Listener
     from agentd.db.pool import connection
+    from agentd.db.startup import open_database
     from agentd.demo.agent import TripAgent
     from agentd.engine.service import Engine
     from agentd.registry import build_registry
@@ -142,7 +143,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         config = workdir / "agents.toml"
         config.write_text(f'[agents.{AGENT}]\nclass = "agentd.demo.agent:TripAgent"\n')
         worker_log = workdir / "worker.log"
-        pool, url = await stack.enter_async_context(_database(settings, migrate_first=True))
+        pool, url = await stack.enter_async_context(open_database(settings, migrate_first=True))
         where = (
             "embedded PostgreSQL in " + str(settings.data_dir)
             if not settings.database_url
@@ -165,9 +166,9 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         engine = Engine(
             settings=settings, pool=pool, registry=registry, url=url, queues=["maintenance"]
         )
-        server = _Server(settings)
+        server = HttpServer(settings.host, settings.port)
         stack.callback(server.close)
-        app = _app(settings, pool, url, registry, engine, token)
+        app = api_app(settings, pool, url, registry, engine, token)
         tasks = [
             asyncio.create_task(engine.run(stop)),
             asyncio.create_task(server.serve(app, stop)),

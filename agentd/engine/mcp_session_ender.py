@@ -25,12 +25,11 @@ from typing import Any
 from uuid import UUID
 
 from agentd import logs, redact
-from agentd.agent import LoopView
+from agentd.agent import LoopView, agent_mcp_configs
 from agentd.db.pool import Pool, transaction
 from agentd.engine.ticks import Signal, ticks
 from agentd.errors import DatabaseError
 from agentd.mcp.client import McpClient
-from agentd.pipeline.llm.tool_discovery import agent_mcp_configs
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
 from agentd.store import mcp

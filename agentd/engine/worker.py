@@ -24,13 +24,13 @@ from typing import Any
 
 from agentd import logs
 from agentd.db.pool import connection
+from agentd.engine import scopes
 from agentd.engine.context import ToolContext, TurnContext
 from agentd.engine.history_cache import HistoryCache
 from agentd.engine.lease_renewer import Lease
 from agentd.engine.runtime import Runtime
 from agentd.engine.ticks import Signal
 from agentd.errors import DatabaseError
-from agentd.observability import scopes
 from agentd.states import ToolCallOutcome, TurnOutcome
 from agentd.store import jobs, loops, messages, tool_calls
 from agentd.store.models import Loop

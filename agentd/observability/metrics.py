@@ -12,16 +12,35 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from agentd.engine.context import ToolContext, TurnContext
-    from agentd.llm.types import Usage, WireExchange
+    from agentd.llm.types import LLMRequest, Usage, WireExchange
     from agentd.states import ToolCallOutcome, TurnOutcome
+
+
+# A pipeline context (agentd.engine.context), as far as metrics read it: the engine holds
+# a Telemetry, so this module names what it reads instead of importing the contexts.
+class Noted(Protocol):
+    """A turn's or tool call's context: its outcome is noted in `metadata`."""
+
+    @property
+    def metadata(self) -> dict[str, Any]: ...
+
+
+class TurnNoted(Noted, Protocol):
+    """A turn's context: its request (None before one is built) and its agent."""
+
+    @property
+    def request(self) -> LLMRequest | None: ...
+
+    @property
+    def agent(self) -> object: ...
+
 
 # Outcome labels are agentd.states.TurnOutcome and ToolCallOutcome (bounded by those enums).
 
@@ -30,7 +49,7 @@ _TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)
 _TOOL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600)
 
 
-def model_of(ctx: TurnContext) -> str:
+def model_of(ctx: TurnNoted) -> str:
     if ctx.request is not None:
         return ctx.request.provider.model or "unknown"
     return str(getattr(ctx.agent, "model", "") or "unknown")
@@ -121,16 +140,16 @@ class Telemetry:
 
     # --- pipelines note outcomes (first one wins); the worker's scope records them -------
 
-    def turn_outcome(self, ctx: TurnContext, outcome: TurnOutcome) -> None:
+    def turn_outcome(self, ctx: Noted, outcome: TurnOutcome) -> None:
         ctx.metadata.setdefault("outcome", outcome)
 
-    def tool_call_outcome(self, ctx: ToolContext, outcome: ToolCallOutcome) -> None:
+    def tool_call_outcome(self, ctx: Noted, outcome: ToolCallOutcome) -> None:
         ctx.metadata.setdefault("outcome", outcome)
 
     def mcp_client_error(self, *, server: str, code: int) -> None:
         self.mcp_client_errors.labels(server=server, code=str(code)).inc()
 
-    def llm_attempts(self, ctx: TurnContext, exchanges: Iterable[WireExchange]) -> None:
+    def llm_attempts(self, ctx: TurnNoted, exchanges: Iterable[WireExchange]) -> None:
         model = model_of(ctx)
         for ex in exchanges:
             self.requests.labels(model=model, status=_status_of(ex)).inc()
@@ -141,7 +160,7 @@ class Telemetry:
         """A committed turn's cost (a float here: metrics are not the ledger, loops.cost is)."""
         self.cost.labels(agent=agent, model=model or "unknown").inc(float(cost))
 
-    # --- recorded once per job, by agentd.observability.scopes ---------------------------
+    # --- recorded once per job, by agentd.engine.scopes ----------------------------------
 
     def turn_finished(
         self,

@@ -26,13 +26,13 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from agentd.agent import agent_mcp_configs
 from agentd.db.pool import connection, transaction
 from agentd.engine.context import ToolContext
 from agentd.errors import FenceLost, McpError, ToolError
 from agentd.mcp.client import TASK_TERMINAL, McpClient, ToolOutcome
 from agentd.mcp.port import CallContext, idempotency_key
 from agentd.pipeline.builder import Handler
-from agentd.pipeline.llm.tool_discovery import agent_mcp_configs
 from agentd.pipeline.tool import waiting
 from agentd.pipeline.tool.response_creation import ResponseCreation
 from agentd.pipeline.wire import mcp_events
