@@ -39,3 +39,18 @@ def test_doc_lists_exactly_the_enum_members() -> None:
     assert sorted(doc) == sorted(code)
     for name, values in code.items():
         assert doc[name] == values, name
+
+
+def test_the_client_and_the_webhook_route_speak_the_same_words() -> None:
+    """Two copies kept on purpose (the client imports nothing of the server; the route's
+    Literal is inlined in /openapi.json), held to the enums here."""
+    import typing
+
+    from agentd.api import routes_webhooks
+    from agentd.client import streaming
+
+    assert {*states.TERMINAL, states.LoopStatus.PAUSED} == streaming.END_STATUSES
+    hints = typing.get_type_hints(routes_webhooks.list_deliveries, include_extras=True)
+    optional = typing.get_args(hints["status"])[0]  # Annotated[Literal[...] | None, Query()]
+    (literal,) = [a for a in typing.get_args(optional) if a is not type(None)]
+    assert set(typing.get_args(literal)) == {m.value for m in states.WebhookDeliveryStatus}
