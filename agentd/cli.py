@@ -17,6 +17,7 @@ from agentd.errors import (
     AddressInUse,
     AgentdError,
     ConfigError,
+    DatabaseError,
     DatabaseMissing,
     DatabaseUnavailable,
 )
@@ -201,6 +202,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def _operational(exc: BaseException) -> AgentdError | None:
     """The agentd error behind `exc`, looking inside task groups; None for anything else."""
+    if isinstance(exc, DatabaseError) and not isinstance(exc, DatabaseUnavailable):
+        return None  # a statement the database refused: a bug, keep the traceback
     if isinstance(exc, AgentdError):
         return exc
     if isinstance(exc, BaseExceptionGroup):

@@ -26,8 +26,9 @@ from pydantic_settings import (
 )
 
 from agentd.errors import ConfigError
+from agentd.states import JobQueue
 
-QUEUES = ("llm", "tool", "maintenance")
+QUEUES = tuple(q.value for q in JobQueue)
 
 
 def _default_data_dir() -> Path:

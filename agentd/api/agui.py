@@ -49,6 +49,7 @@ from agentd.api.stream_hub import END, KEEPALIVE_SECONDS, StreamHub, Subscriptio
 from agentd.db.pool import connection
 from agentd.errors import LoopNotFound
 from agentd.llm import prices
+from agentd.states import LoopStatus
 from agentd.store import loops, messages, tool_calls
 from agentd.store.models import Loop, Message, ToolCall
 
@@ -354,7 +355,7 @@ class AguiStream:
                 "cost": prices.money(loop.cost),
             }
         }
-        if loop.status == "failed":
+        if loop.status == LoopStatus.FAILED:
             last = _event(
                 "RUN_ERROR",
                 message=loop.error_message or "the loop failed",
@@ -363,8 +364,8 @@ class AguiStream:
                 usage=self._usage(),
             )
         else:
-            if loop.status == "paused":
-                reason = loop.status_reason or "paused"
+            if loop.status == LoopStatus.PAUSED:
+                reason = loop.status_reason or LoopStatus.PAUSED
                 outcome: dict[str, Any] = {
                     "type": "interrupt",
                     "interrupts": [
@@ -376,7 +377,7 @@ class AguiStream:
                         }
                     ],
                 }
-            elif loop.status == "stopped":
+            elif loop.status == LoopStatus.STOPPED:
                 outcome = {"type": "cancelled"}
             else:
                 outcome = {"type": "success"}

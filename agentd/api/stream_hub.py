@@ -18,8 +18,8 @@ from uuid import UUID
 
 from agentd import logs
 from agentd.db.listener import Listener
-from agentd.engine.states import LoopStatus
 from agentd.errors import DatabaseUnavailable
+from agentd.states import LoopStatus
 from agentd.store.models import Message
 
 log = logs.get("agentd.api.stream_hub")

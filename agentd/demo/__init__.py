@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd.settings import Settings
+from agentd.states import ApprovalStatus, LoopStatus, ToolCallStatus
 
 AGENT = "trip"
 TASK = (
@@ -231,7 +232,11 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                     text = (m.content or "").replace("\n", " ")
                     out.line(f"  <- {answered.name if answered else 'tool'}: {text[:110]}")
             slow = [c for c in calls if c.name == "find_hotels"]
-            if killed_at is None and not args.no_crash and any(c.status == "running" for c in slow):
+            if (
+                killed_at is None
+                and not args.no_crash
+                and any(c.status == ToolCallStatus.RUNNING for c in slow)
+            ):
                 worker.send_signal(signal.SIGKILL)
                 await worker.wait()
                 killed_at = time.monotonic()
@@ -248,7 +253,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                     "after the kill; it runs again with the same idempotency key"
                 )
             for c in calls:
-                if c.approval_status == "pending":
+                if c.approval_status == ApprovalStatus.PENDING:
                     out.line(
                         f"  ?? {c.name} waits for a person's approval; the demo "
                         f"approves it with agentd.client (POST /v1/tool-calls/{c.id}/approve)"
@@ -270,7 +275,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                         out.stream(ev.get("delta", ""))
                     continue
                 row, calls, msgs = await sync()
-                if row.status == "completed":
+                if row.status == LoopStatus.COMPLETED:
                     out.line()
                     n_msgs = len([m for m in msgs if m.role == "assistant"])
                     out.line(
@@ -287,7 +292,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                     )
                     result = 0
                     break
-                if row.status in ("failed", "paused", "stopped"):
+                if row.status in (LoopStatus.FAILED, LoopStatus.PAUSED, LoopStatus.STOPPED):
                     out.line(f"loop {row.status}: {row.error_message or row.status_reason}")
                     break
             else:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from agentd.agent import Agent, LoopView
 from agentd.errors import FenceLost
 from agentd.llm.types import LLMRequest, LLMResponse, Message, ToolSpec
+from agentd.states import LoopStatus, TransitionReason
 
 if TYPE_CHECKING:
     from agentd.engine.chaining import Chain
@@ -68,7 +69,7 @@ class TurnContext:
             calls = await tool_calls.list_for_loop(conn, loop_id=self.loop.id)
         return rows, calls
 
-    async def complete_loop(self, *, reason: str = "completed_by_host") -> None:
+    async def complete_loop(self, *, reason: str = TransitionReason.COMPLETED_BY_HOST) -> None:
         """Host-driven completion: finish the loop now, fenced by this turn's token,
         without another LLM request (step_count is not incremented)."""
         from agentd.db.pool import transaction
@@ -80,8 +81,8 @@ class TurnContext:
                 conn,
                 loop_id=self.loop.id,
                 execution_token=self.execution_token,
-                from_statuses=["running"],
-                status="completed",
+                from_statuses=[LoopStatus.RUNNING],
+                status=LoopStatus.COMPLETED,
                 reason=reason,
             )
             if row is None:
@@ -95,7 +96,7 @@ class TurnContext:
                 {
                     "type": "status",
                     "loop_id": str(self.loop.id),
-                    "status": "completed",
+                    "status": LoopStatus.COMPLETED,
                     "reason": reason,
                 },
             )

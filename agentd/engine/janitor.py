@@ -21,8 +21,9 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
 from agentd import logs
-from agentd.db.pool import DB_ERRORS, Pool, transaction
+from agentd.db.pool import Pool, transaction
 from agentd.engine.ticks import Signal, ticks
+from agentd.errors import DatabaseError
 from agentd.settings import Settings
 from agentd.store import events, idempotency_keys, mcp, webhooks, workers
 
@@ -100,7 +101,7 @@ class Janitor:
         async for _ in ticks(self.settings.janitor_interval, stop, jitter=0.1):
             try:
                 report = await self.prune_once()
-            except DB_ERRORS as exc:
+            except DatabaseError as exc:
                 log.warning("janitor.failed", error=str(exc))
                 continue
             if any(report.as_log().values()):

@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from agentd.llm.types import LLMRequest, Usage, WireExchange
+    from agentd.states import ToolCallOutcome, TurnOutcome
 
 
 # A pipeline context (agentd.engine.context), as far as metrics read it: the engine holds
@@ -41,22 +42,7 @@ class TurnNoted(Noted, Protocol):
     def agent(self) -> object: ...
 
 
-#: Turn outcomes. completed: the model finished the loop; tool_calls: it asked for tools;
-#: failed / paused: the loop was settled so; fence_lost: another generation owned the turn;
-#: lease_lost: the renewer cancelled it; cancelled: pause/stop/shutdown;
-#: db_unavailable: the database went away mid-turn (the reaper re-runs it).
-TURN_OUTCOMES = (
-    "completed", "tool_calls", "failed", "paused", "fence_lost", "lease_lost", "cancelled",
-    "db_unavailable",
-)  # fmt: skip
-#: Tool call outcomes. completed / error: a result was checkpointed (error: one the model
-#: sees, such as MCP isError or a timeout); awaiting_approval / awaiting_input: held for a
-#: person; awaiting_task: an MCP task polled later, no worker held; the rest
-#: as for turns.
-TOOL_OUTCOMES = (
-    "completed", "error", "awaiting_approval", "awaiting_input", "awaiting_task", "failed",
-    "fence_lost", "lease_lost", "cancelled", "db_unavailable",
-)  # fmt: skip
+# Outcome labels are agentd.states.TurnOutcome and ToolCallOutcome (bounded by those enums).
 
 _TURN_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 _TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)
@@ -154,10 +140,10 @@ class Telemetry:
 
     # --- pipelines note outcomes (first one wins); the worker's scope records them -------
 
-    def turn_outcome(self, ctx: Noted, outcome: str) -> None:
+    def turn_outcome(self, ctx: Noted, outcome: TurnOutcome) -> None:
         ctx.metadata.setdefault("outcome", outcome)
 
-    def tool_call_outcome(self, ctx: Noted, outcome: str) -> None:
+    def tool_call_outcome(self, ctx: Noted, outcome: ToolCallOutcome) -> None:
         ctx.metadata.setdefault("outcome", outcome)
 
     def mcp_client_error(self, *, server: str, code: int) -> None:

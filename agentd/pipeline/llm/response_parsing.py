@@ -25,6 +25,7 @@ from agentd.errors import FenceLost
 from agentd.observability import tracing
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.llm import costs, tokens
+from agentd.states import TurnOutcome
 from agentd.store import jobs, loops
 from agentd.store.models import NewEvent
 
@@ -91,7 +92,9 @@ class ResponseParsing:
                     for tc in done.leased_calls
                 )
             )
-        runtime.telemetry.turn_outcome(ctx, "tool_calls" if calls else "completed")
+        runtime.telemetry.turn_outcome(
+            ctx, TurnOutcome.TOOL_CALLS if calls else TurnOutcome.COMPLETED
+        )
         if spent.cost is not None:
             runtime.telemetry.llm_cost(agent=loop.agent, model=spent.model, cost=spent.cost)
         if done.jobs_enqueued:

@@ -22,9 +22,9 @@ from agentd.db.pool import connection
 from agentd.engine import dispatch
 from agentd.engine.chaining import Chain, LeasedWork
 from agentd.engine.context import ToolContext
-from agentd.engine.states import TransitionReason
 from agentd.errors import FenceLost
 from agentd.pipeline.builder import Handler
+from agentd.states import ToolCallOutcome, TransitionReason
 from agentd.store import tool_calls
 from agentd.store.models import NewEvent
 
@@ -58,7 +58,9 @@ class ResponseCreation:
         if cp is not None:  # the folded checkpoint committed with the response
             ctx.metadata.pop("checkpoint", None)
             ctx.tool_call = dataclasses.replace(tc, executed_at=done.executed_at)
-            runtime.telemetry.tool_call_outcome(ctx, "completed" if cp.is_success else "error")
+            runtime.telemetry.tool_call_outcome(
+                ctx, ToolCallOutcome.COMPLETED if cp.is_success else ToolCallOutcome.ERROR
+            )
         if done.tool_jobs:
             woke.append("tool")
         if done.llm_jobs:
