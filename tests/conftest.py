@@ -7,9 +7,28 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from agentd.db import pool as dbpool
 from agentd.testing.db import TestDatabases, server_url
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # structlog's default console renderer draws exceptions with rich, locals included: for a
+    # turn failing inside the engine that is ~900 lines (the whole Settings, the context),
+    # rendered on the event loop — 5 s on a loaded 2-core box, which made a test waiting 5 s
+    # for the failure to commit fail. agentd's own processes use logs.configure() (a plain
+    # traceback); tests keep structlog's defaults but with the plain formatter.
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.StackInfoRenderer(),
+            structlog.dev.set_exc_info,
+            structlog.processors.TimeStamper(fmt="%Y-%m-%d %H:%M:%S", utc=False),
+            structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback),
+        ]
+    )
 
 
 @pytest.fixture(scope="session")
