@@ -254,14 +254,14 @@ async def run_agentd(a: argparse.Namespace, llm_url: str, mcp_url: str, tag: str
                 )
                 win = Window(count, {"worker": worker.pid, "api": api.pid})
                 if a.profile:
-                    prof = asyncio.create_task(
-                        asyncio.to_thread(
-                            pyspy_top,
-                            worker.pid,
-                            a.seconds + a.warmup,
-                            RESULTS / f"b11-pyspy-{tag}",
+                    # The window only: startup imports and first turns stay out of it.
+                    async def profile() -> list[tuple[str, float, float]]:
+                        await asyncio.sleep(a.warmup)
+                        return await asyncio.to_thread(
+                            pyspy_top, worker.pid, a.seconds, RESULTS / f"b11-pyspy-{tag}"
                         )
-                    )
+
+                    prof = asyncio.create_task(profile())
                 res = await win.measure(a.seconds, a.warmup)
                 left = await db.fetchval(
                     "SELECT count(*) FROM loops WHERE status NOT IN ('completed','failed','stopped')"
@@ -365,8 +365,11 @@ async def bare_child(llm_url: str, mcp_url: str, c: int) -> None:
             await loop.run_one()
 
     async def report() -> None:
+        tmp = counter.with_suffix(".tmp")
         while True:
-            counter.write_text(str(loop.steps))
+            # Replaced whole, never rewritten in place: a reader must not see a torn number.
+            tmp.write_text(str(loop.steps))
+            os.replace(tmp, counter)
             await asyncio.sleep(0.05)
 
     await asyncio.gather(report(), *(worker() for _ in range(c)))
