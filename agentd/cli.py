@@ -13,7 +13,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any
 
-from agentd import __about__, logs
+from agentd import __about__, event_loop, logs
 from agentd.errors import (
     AddressInUse,
     AgentdError,
@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> None:
         "demo": _demo,
     }
     try:
-        code = asyncio.run(commands[args.command](settings, args))
+        with asyncio.Runner(loop_factory=event_loop.factory(settings.event_loop)) as runner:
+            code = runner.run(commands[args.command](settings, args))
     except (KeyboardInterrupt, _Interrupted):
         code = EXIT_INTERRUPTED
     except BaseException as exc:
