@@ -265,6 +265,13 @@ async def run_agentd(a: argparse.Namespace, llm_url: str, mcp_url: str, tag: str
 
                     prof = asyncio.create_task(profile())
                 res = await win.measure(a.seconds, a.warmup)
+                # For the sizing table (docs/deployment.md): memory and connections held.
+                res["worker_rss_mib"] = psutil.Process(worker.pid).memory_info().rss / 2**20
+                res["api_rss_mib"] = psutil.Process(api.pid).memory_info().rss / 2**20
+                res["pg_connections"] = await db.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND pid <> pg_backend_pid()"
+                )
                 left = await db.fetchval(
                     "SELECT count(*) FROM loops WHERE status NOT IN ('completed','failed','stopped')"
                 )
@@ -437,17 +444,25 @@ async def main_async(a: argparse.Namespace) -> None:
             "worker_cpu_over_bare_cpu": ag["cpu_ms_per_job"]["worker"]
             / b["cpu_ms_per_job"]["bare"],
         }
-    txt = table(
-        f"B11 user path: {a.loops} loops of LLM → {TOOLS} tools → LLM, concurrency {a.concurrency}",
-        [
-            "contender",
-            "turns/s",
-            "CPU ms/job (main)",
-            "CPU ms/job (api)",
-            "PG CPU ms/job",
-            "drained",
-        ],
-        rows,
+    txt = (
+        table(
+            "agentd processes at the end of the window",
+            ["worker RSS MiB", "api RSS MiB", "PG connections (worker + api)"],
+            [[ag["worker_rss_mib"], ag["api_rss_mib"], ag["pg_connections"]]],
+        )
+        + "\n"
+        + table(
+            f"B11 user path: {a.loops} loops of LLM → {TOOLS} tools → LLM, concurrency {a.concurrency}",
+            [
+                "contender",
+                "turns/s",
+                "CPU ms/job (main)",
+                "CPU ms/job (api)",
+                "PG CPU ms/job",
+                "drained",
+            ],
+            rows,
+        )
     )
     if "ratios" in out:
         r = out["ratios"]

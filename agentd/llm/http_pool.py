@@ -146,11 +146,53 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         await asyncio.sleep(seconds)
 
 
+class _Pool(httpcore.AsyncConnectionPool):
+    """httpcore's pool with its bookkeeping made linear: its cleanup pass built a list over
+    every connection for each idle one (`len([c.is_idle() for c in connections])`, i.e.
+    `len(connections)`), on every request assigned and every response closed. The rest is
+    httpcore 1.0's method as it is."""
+
+    def _assign_requests_to_connections(self) -> list[Any]:
+        closing: list[Any] = []
+        conns = self._connections
+        for connection in list(conns):
+            if connection.is_closed():
+                conns.remove(connection)
+            elif connection.has_expired() or (
+                connection.is_idle() and len(conns) > self._max_keepalive_connections
+            ):
+                conns.remove(connection)
+                closing.append(connection)
+        for pool_request in [r for r in self._requests if r.is_queued()]:
+            origin = pool_request.request.url.origin
+            available = [c for c in conns if c.can_handle_request(origin) and c.is_available()]
+            if available:
+                pool_request.assign_to_connection(available[0])
+            elif len(conns) < self._max_connections:
+                connection = self.create_connection(origin)
+                conns.append(connection)
+                pool_request.assign_to_connection(connection)
+            else:
+                idle = next((c for c in conns if c.is_idle()), None)
+                if idle is not None:
+                    conns.remove(idle)
+                    closing.append(idle)
+                    connection = self.create_connection(origin)
+                    conns.append(connection)
+                    pool_request.assign_to_connection(connection)
+        return closing
+
+
 def use_asyncio(client: httpx.AsyncClient) -> httpx.AsyncClient:
-    """Put `client`'s direct connections on the asyncio backend (proxied ones keep httpx's
-    own); a client of another shape is returned as it was."""
+    """Put `client`'s direct connections on the asyncio backend and the linear pool
+    (proxied ones keep httpx's own); a client of another shape is returned as it was."""
     pool = getattr(getattr(client, "_transport", None), "_pool", None)
-    if type(pool) is httpcore.AsyncConnectionPool and hasattr(pool, "_network_backend"):
+    if (
+        type(pool) is httpcore.AsyncConnectionPool
+        and hasattr(pool, "_network_backend")
+        and callable(getattr(pool, "_assign_requests_to_connections", None))
+    ):
+        pool.__class__ = _Pool  # same state, one method replaced
         pool._network_backend = AsyncioBackend()
     return client
 

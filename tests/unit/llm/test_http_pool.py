@@ -82,6 +82,23 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 def test_the_pool_runs_on_the_asyncio_backend() -> None:
     c = http_pool.pooled_client(max_connections=1, max_keepalive=1)
     assert isinstance(c._transport._pool._network_backend, http_pool.AsyncioBackend)  # type: ignore[attr-defined]
+    assert isinstance(c._transport._pool, http_pool._Pool)  # type: ignore[attr-defined]
+
+
+async def test_a_full_pool_queues_and_trims_to_max_keepalive_as_httpcore_does() -> None:
+    async with Server(keep_alive) as s:
+        seen = []
+        for c in (
+            http_pool.pooled_client(max_connections=3, max_keepalive=1),
+            httpx.AsyncClient(limits=httpx.Limits(max_connections=3, max_keepalive_connections=1)),
+        ):
+            async with c:
+                before = s.connections
+                rs = await asyncio.gather(*(c.get(s.url) for _ in range(20)))
+                assert all(r.text == "ok" for r in rs)
+                assert len(c._transport._pool.connections) <= 1  # type: ignore[attr-defined]
+                seen.append(s.connections - before)
+        assert seen[0] == seen[1]  # the same connections opened as httpcore's own pool
 
 
 async def test_keep_alive_reuses_one_connection(client: httpx.AsyncClient) -> None:
