@@ -1,9 +1,15 @@
-"""agentd: durable AI agent loops on PostgreSQL."""
+"""agentd: durable AI agent loops on PostgreSQL.
+
+The plugin author's API: agents (`Agent`, `LoopView`), tools (`Toolset`, `tool`, `prompt`,
+`CallContext`), middleware (`Builder`, `TurnContext`, `ToolContext`) and the errors.
+Importing it loads no database driver, web framework or HTTP client.
+"""
 
 from __future__ import annotations
 
 from agentd.__about__ import __version__
 from agentd.agent import Agent, LoopView
+from agentd.engine.context import ToolContext, TurnContext
 from agentd.errors import (
     AgentdError,
     AlreadyDecided,
@@ -23,11 +29,13 @@ from agentd.errors import (
 from agentd.llm.types import Provider
 from agentd.mcp.port import CallContext
 from agentd.mcp.toolset import Toolset, prompt, tool
+from agentd.pipeline.builder import Builder
 
 __all__ = [
     "Agent",
     "AgentdError",
     "AlreadyDecided",
+    "Builder",
     "CallContext",
     "ConfigError",
     "Conflict",
@@ -40,8 +48,10 @@ __all__ = [
     "McpError",
     "NotFound",
     "Provider",
+    "ToolContext",
     "ToolError",
     "Toolset",
+    "TurnContext",
     "UnknownAgent",
     "UnknownMiddleware",
     "__version__",

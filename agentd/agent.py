@@ -16,10 +16,10 @@ from uuid import UUID
 
 from agentd.errors import ConfigError
 from agentd.llm.types import Provider
+from agentd.pipeline.builder import Builder
 
 if TYPE_CHECKING:
-    from agentd.engine.context import ToolContext, TurnContext
-    from agentd.pipeline.builder import Builder
+    from agentd.mcp.config import McpServerConfig
 
 T = TypeVar("T")
 
@@ -138,12 +138,17 @@ class Agent:
         """This loop's MCP server entries (dicts or McpServerConfig). Defaults to `mcps`."""
         return list(self.mcps)
 
+    # The builders are a Builder[TurnContext] and a Builder[ToolContext]. They are typed
+    # Builder[Any] here because the contexts carry the agent: naming them in this module
+    # would tie the two in a circle, and an edit takes middleware classes, never a context.
+    # An override may annotate the precise type (`agentd.Builder[agentd.TurnContext]`).
+
     @classmethod
-    def configure_llm_middlewares(cls, builder: Builder[TurnContext]) -> None:
+    def configure_llm_middlewares(cls, builder: Builder[Any]) -> None:
         """Edit this agent's LLM turn pipeline (insert_before/after, replace, delete, use)."""
 
     @classmethod
-    def configure_tool_middlewares(cls, builder: Builder[ToolContext]) -> None:
+    def configure_tool_middlewares(cls, builder: Builder[Any]) -> None:
         """Edit this agent's tool call pipeline."""
 
 
@@ -152,3 +157,11 @@ async def resolve(value: T | Awaitable[T]) -> T:
     if inspect.isawaitable(value):
         return await value
     return value
+
+
+async def agent_mcp_configs(agent: Agent) -> list[McpServerConfig]:
+    """The agent's MCP servers for its loop: its `mcp_servers()` hook (sync or async), parsed."""
+    from agentd.mcp.config import McpServerConfig  # a pydantic model: not built at `import agentd`
+
+    entries = await resolve(agent.mcp_servers())
+    return [e if isinstance(e, McpServerConfig) else McpServerConfig.parse(e) for e in entries]

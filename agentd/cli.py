@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import errno
 import secrets
 import signal
-import socket
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from agentd import __about__, event_loop, logs
+from agentd.api.serve import HttpServer, api_app
+from agentd.db.startup import Interrupted, open_database, ready_url
 from agentd.errors import (
     AddressInUse,
     AgentdError,
     ConfigError,
+    DatabaseError,
     DatabaseMissing,
     DatabaseUnavailable,
 )
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         with asyncio.Runner(loop_factory=event_loop.factory(settings.event_loop)) as runner:
             code = runner.run(commands[args.command](settings, args))
-    except (KeyboardInterrupt, _Interrupted):
+    except (KeyboardInterrupt, Interrupted):
         code = EXIT_INTERRUPTED
     except BaseException as exc:
         known = _operational(exc)
@@ -203,6 +203,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def _operational(exc: BaseException) -> AgentdError | None:
     """The agentd error behind `exc`, looking inside task groups; None for anything else."""
+    if isinstance(exc, DatabaseError) and not isinstance(exc, DatabaseUnavailable):
+        return None  # a statement the database refused: a bug, keep the traceback
     if isinstance(exc, AgentdError):
         return exc
     if isinstance(exc, BaseExceptionGroup):
@@ -236,83 +238,6 @@ def _stop_on_signals() -> asyncio.Event:
     return stop
 
 
-class _Interrupted(Exception):
-    """SIGTERM or Ctrl-C arrived while waiting for the database."""
-
-
-async def _wait_for(url: str, settings: Settings, stop: asyncio.Event | None) -> None:
-    from agentd.db import wait
-
-    waiting = asyncio.ensure_future(wait.wait_until_reachable(url, limit=settings.database_wait))
-    if stop is None:
-        await waiting
-        return
-    stopped = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    stopped.cancel()
-    if not waiting.done():  # a signal while retrying: leave now, not after the wait
-        waiting.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await waiting
-        raise _Interrupted
-    waiting.result()
-
-
-@contextlib.asynccontextmanager
-async def _database_url(
-    settings: Settings, stop: asyncio.Event | None = None
-) -> AsyncIterator[str]:
-    """The configured URL once it accepts connections, or an embedded server's."""
-    from agentd.db import embedded
-
-    async with contextlib.AsyncExitStack() as stack:
-        try:
-            url = await stack.enter_async_context(
-                embedded.database_url(settings.database_url, settings.data_dir)
-            )
-        except OSError as exc:  # the data dir cannot be made or written
-            raise ConfigError(
-                f"cannot start the embedded PostgreSQL in AGENTD_DATA_DIR={settings.data_dir}: "
-                f"{exc.strerror or exc}"
-            ) from None
-        except Exception as exc:
-            raise DatabaseUnavailable(
-                f"the embedded PostgreSQL in {settings.data_dir} failed to start: "
-                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            ) from None
-        if settings.database_url:
-            for target in dict.fromkeys([url, settings.database_direct_url or url]):
-                await _wait_for(target, settings, stop)
-        yield url
-
-
-@contextlib.asynccontextmanager
-async def _database(
-    settings: Settings, *, migrate_first: bool, stop: asyncio.Event | None = None
-) -> AsyncIterator[tuple[Any, str]]:
-    from agentd.db import migrate as migrations
-    from agentd.db import pool as dbpool
-
-    async with _database_url(settings, stop) as url:
-        direct = settings.database_direct_url or url
-        if migrate_first:
-            conn = await dbpool.connect(direct, application_name="agentd-migrate")
-            try:
-                await migrations.apply(conn)
-            finally:
-                await conn.close()
-        pool = await dbpool.create_pool(
-            url,
-            min_size=settings.db_pool_min,
-            max_size=settings.db_pool_max,
-            statement_cache_size=settings.statement_cache_size(),
-        )
-        try:
-            yield pool, direct
-        finally:
-            await pool.close()
-
-
 def _registry(settings: Settings) -> Any:
     from agentd.registry import build_registry
 
@@ -330,77 +255,6 @@ def _token(settings: Settings) -> str:
     return token
 
 
-def _bind(host: str, port: int, *, setting: str = "AGENTD_PORT or --port") -> socket.socket:
-    """Take the listening socket before anything else starts, so a taken port is one
-    clear error at once (not a traceback after the database is up)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        return socket.create_server((host, port), family=family, backlog=2048)
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            raise AddressInUse(
-                f"cannot listen on {host}:{port}: the address is in use "
-                f"(another agentd? set {setting})"
-            ) from None
-        raise AddressInUse(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-
-
-class _Server:
-    """uvicorn in our event loop, with our signal handling (not uvicorn's), on a socket
-    bound when this is created."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.socket = _bind(settings.host, settings.port)
-        self.port = int(self.socket.getsockname()[1])
-        self.settings = settings
-
-    async def serve(self, app: Any, stop: asyncio.Event) -> None:
-        import uvicorn
-
-        class Server(uvicorn.Server):
-            @contextlib.contextmanager
-            def capture_signals(self) -> Iterator[None]:
-                yield
-
-        config = uvicorn.Config(
-            app,
-            host=self.settings.host,
-            port=self.port,
-            log_config=None,
-            access_log=False,
-            lifespan="off",
-            limit_concurrency=None,
-            timeout_graceful_shutdown=5,
-        )
-        server = Server(config)
-        task = asyncio.create_task(server.serve(sockets=[self.socket]))
-        stopper = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        server.should_exit = True
-        stopper.cancel()
-        await task
-        if task in done and not stop.is_set():
-            raise AgentdError("the HTTP server stopped unexpectedly")
-
-    def close(self) -> None:
-        self.socket.close()
-
-
-def _app(settings: Settings, pool: Any, url: str, registry: Any, engine: Any, token: str) -> Any:
-    from agentd.api.app import create_app
-    from agentd.api.state import AppState
-
-    state = AppState.create(
-        settings=settings,
-        pool=pool,
-        registry=registry,
-        database_url=url,
-        api_token=token,
-        engine=engine,
-    )
-    return create_app(state)
-
-
 # --- commands -----------------------------------------------------------------------------
 
 
@@ -409,14 +263,14 @@ async def _up(settings: Settings, args: argparse.Namespace) -> int:
 
     stop = _stop_on_signals()
     registry = _registry(settings)
-    server = _Server(settings)
+    server = HttpServer(settings.host, settings.port)
     try:
-        async with _database(settings, migrate_first=True, stop=stop) as (pool, url):
+        async with open_database(settings, migrate_first=True, stop=stop) as (pool, url):
             token = _token(settings)
             engine = Engine(
                 settings=settings, pool=pool, registry=registry, url=url, queues=list(QUEUES)
             )
-            app = _app(settings, pool, url, registry, engine, token)
+            app = api_app(settings, pool, url, registry, engine, token)
             log.info("agentd.up", host=settings.host, port=server.port, agents=registry.names())
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(engine.run(stop), name="engine")
@@ -431,45 +285,54 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
 
     stop = _stop_on_signals()
     registry = _registry(settings)
-    if settings.metrics_port:  # a taken probe port is one clear error, before anything starts
-        _bind(settings.host, settings.metrics_port, setting="AGENTD_METRICS_PORT").close()
-    async with _database(settings, migrate_first=False, stop=stop) as (pool, url):
-        await _require_current(pool)
-        engine = Engine(
-            settings=settings, pool=pool, registry=registry, url=url, queues=list(settings.queues)
-        )
-        if not settings.metrics_port:
-            await engine.run(stop)
-            return 0
-        from agentd.observability import probes
-
-        server = probes.ProbeServer(
-            probes.create_app(engine), host=settings.host, port=settings.metrics_port
-        )
-        log.info("agentd.metrics_port", host=settings.host, port=settings.metrics_port)
-        served = asyncio.Event()  # probes answer until the drain is over, not just begun
-
-        async def work() -> None:
-            try:
+    # Bound first, as the API's port is: a taken probe port is one clear error at once.
+    probe = (
+        HttpServer(settings.host, settings.metrics_port, setting="AGENTD_METRICS_PORT")
+        if settings.metrics_port
+        else None
+    )
+    try:
+        async with open_database(settings, migrate_first=False, stop=stop) as (pool, url):
+            await _require_current(pool)
+            engine = Engine(
+                settings=settings,
+                pool=pool,
+                registry=registry,
+                url=url,
+                queues=list(settings.queues),
+            )
+            if probe is None:
                 await engine.run(stop)
-            finally:
-                served.set()
+                return 0
+            from agentd.api import probes
 
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(work(), name="engine")
-            tg.create_task(server.run(served), name="probe-server")
+            log.info("agentd.metrics_port", host=settings.host, port=probe.port)
+            served = asyncio.Event()  # probes answer until the drain is over, not just begun
+
+            async def work() -> None:
+                try:
+                    await engine.run(stop)
+                finally:
+                    served.set()
+
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(work(), name="engine")
+                tg.create_task(probe.serve(probes.create_app(engine), served), name="probes")
+    finally:
+        if probe is not None:
+            probe.close()
     return 0
 
 
 async def _api(settings: Settings, args: argparse.Namespace) -> int:
     stop = _stop_on_signals()
     registry = _registry(settings)
-    server = _Server(settings)
+    server = HttpServer(settings.host, settings.port)
     try:
-        async with _database(settings, migrate_first=False, stop=stop) as (pool, url):
+        async with open_database(settings, migrate_first=False, stop=stop) as (pool, url):
             await _require_current(pool)
             token = _token(settings)
-            await server.serve(_app(settings, pool, url, registry, None, token), stop)
+            await server.serve(api_app(settings, pool, url, registry, None, token), stop)
     finally:
         server.close()
     return 0
@@ -490,7 +353,7 @@ async def _migrate(settings: Settings, args: argparse.Namespace) -> int:
     from agentd.db import migrate as migrations
     from agentd.db import pool as dbpool
 
-    async with _database_url(settings) as url:
+    async with ready_url(settings) as url:
         conn = await dbpool.connect(settings.database_direct_url or url)
         try:
             applied = await migrations.apply(conn)
@@ -506,7 +369,7 @@ async def _migrate(settings: Settings, args: argparse.Namespace) -> int:
 async def _reap(settings: Settings, args: argparse.Namespace) -> int:
     from agentd.engine.reaper import Reaper
 
-    async with _database(settings, migrate_first=False) as (pool, _):
+    async with open_database(settings, migrate_first=False) as (pool, _):
         report = await Reaper(settings, pool).sweep_once()
     print(
         "agentd: reaper sweep: "
@@ -518,7 +381,7 @@ async def _reap(settings: Settings, args: argparse.Namespace) -> int:
 async def _prune(settings: Settings, args: argparse.Namespace) -> int:
     from agentd.engine.janitor import Janitor
 
-    async with _database(settings, migrate_first=False) as (pool, _):
+    async with open_database(settings, migrate_first=False) as (pool, _):
         report = await Janitor(settings, pool).prune_once()
     print(
         f"agentd: pruned {report.events} event(s), {report.inbound_sessions} inbound MCP "

@@ -18,8 +18,9 @@ AgentdError
     LLMTransportError · LLMTimeout · LLMStatusError · LLMProtocolError
   ToolError
     ToolTransportError (McpError) · ToolArgumentsInvalid · ToolTimeout · UnknownTool
-  DatabaseUnavailable
-    DatabaseMissing
+  DatabaseError   a statement failed (db.pool.translate_pg_errors: the driver's is __cause__)
+    DatabaseUnavailable
+      SchemaChanged · DatabaseMissing
   AddressInUse
 FenceLost   control flow, not failure: a stale generation lost its fence
 ```
@@ -231,11 +232,26 @@ class UnknownTool(ToolError):
     """The model called a tool that is not advertised to it."""
 
 
-class DatabaseUnavailable(AgentdError):
+class DatabaseError(AgentdError):
+    """The database failed the statement."""
+
+    # The API renders it as any unexpected error: a 500 without the driver's wording.
+
+    def __init__(self, message: str | None = None, *, driver: str | None = None, **d: Any):
+        super().__init__(message, **d)
+        #: the class name of the driver's exception (which is `__cause__`)
+        self.driver = driver or type(self).__name__
+
+
+class DatabaseUnavailable(DatabaseError):
     """The database cannot be reached."""
 
     problem_type = "database-unavailable"
     status = 503
+
+
+class SchemaChanged(DatabaseUnavailable):
+    """A migration outdated a cached statement: nothing was written, and a retry succeeds."""
 
 
 class DatabaseMissing(DatabaseUnavailable):

@@ -26,8 +26,9 @@ from pydantic_settings import (
 )
 
 from agentd.errors import ConfigError
+from agentd.states import JobQueue
 
-QUEUES = ("llm", "tool", "maintenance")
+QUEUES = tuple(q.value for q in JobQueue)
 
 
 def _default_data_dir() -> Path:
@@ -267,6 +268,11 @@ class Settings(BaseSettings):
         description="How long an Idempotency-Key of POST /v1/loops answers with its loop; "
         "the janitor deletes older keys.",
     )
+    webhook_delivery_retention: timedelta | None = Field(
+        timedelta(days=7),
+        description="Prune finished webhook deliveries (delivered, or failed for good) last "
+        "touched earlier; pending ones stay. `off`: keep.",
+    )
     janitor_batch_size: int = Field(1000, ge=1, description="Rows deleted per batch.")
 
     # --- provider limits (docs/limits.md)
@@ -316,7 +322,7 @@ class Settings(BaseSettings):
             raise ValueError(f"{info.field_name} must be > 0 (got {v})")
         return v
 
-    @field_validator("wire_log_retention", mode="before")
+    @field_validator("wire_log_retention", "webhook_delivery_retention", mode="before")
     @classmethod
     def _off(cls, v: Any) -> Any:
         return None if isinstance(v, str) and v.strip().lower() in ("", "off", "none") else v

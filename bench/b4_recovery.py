@@ -15,6 +15,7 @@ import os
 import signal
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import asyncpg
 from agentd.db import pool as dbpool
 from agentd.engine.lifecycle import Lifecycle
 from agentd.settings import Settings
+from agentd.states import TransitionReason
 from agentd.store import loops as loops_store
 from agentd.store import tool_calls as tc_store
 from agentd.testing.agents import invocations
@@ -123,12 +125,27 @@ async def trial(
         t_rec = time.monotonic()
         async with dbpool.transaction(lc.pool) as conn:
             stale_ok = (
-                await loops_store.finalize_turn(
+                await loops_store.finalize_turn_all(
                     conn,
                     loop_id=loop.id,
                     execution_token=row["execution_token"],
-                    completed=True,
                     tokens=(0, 0, 0),
+                    estimated=False,
+                    shell_message_id=None,
+                    message={
+                        "content": "stale",
+                        "reasoning": None,
+                        "metadata": {},
+                        "ttft": None,
+                        "duration": 0.0,
+                        "finish_reason": "stop",
+                    },
+                    calls=[],
+                    sequential=False,
+                    tool_lease_seconds=30.0,
+                    notify_tool=False,
+                    turn_events=[],
+                    attach=[],
                 )
                 is None
             )
@@ -162,7 +179,9 @@ async def trial(
 
         async def dead() -> Any:
             r = await db.fetchrow(
-                "SELECT id, lease_token FROM tool_calls WHERE loop_id = $1", loop.id
+                "SELECT t.id, t.lease_token, l.execution_token AS generation"
+                " FROM tool_calls t JOIN loops l ON l.id = t.loop_id WHERE t.loop_id = $1",
+                loop.id,
             )
             if r and r["lease_token"]:
                 last.update(r)
@@ -192,11 +211,22 @@ async def trial(
         if last:
             async with dbpool.transaction(lc.pool) as conn:
                 stale_ok = (
-                    await tc_store.mark_responded(
+                    await tc_store.finish(
                         conn,
                         tool_call_id=last["id"],
-                        response_message_id=-1,
+                        loop_id=loop.id,
                         lease_token=last["lease_token"],
+                        generation=last["generation"],
+                        checkpoint=None,
+                        sequential=False,
+                        new_token=uuid.uuid4(),
+                        status_reason=TransitionReason.TOOLS_RESOLVED,
+                        llm_lease_seconds=None,
+                        tool_lease_seconds=None,
+                        notify_llm=False,
+                        notify_tool=False,
+                        call_events=[],
+                        attach=[],
                     )
                     is None
                 )

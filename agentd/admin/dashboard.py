@@ -11,7 +11,7 @@ from fastapi.responses import Response
 
 from agentd.admin import render
 from agentd.db.pool import connection
-from agentd.engine.states import LoopStatus
+from agentd.states import JobQueue, LoopStatus
 from agentd.store import concurrency_keys, events, jobs, loops, providers, workers
 
 router = APIRouter(prefix="/admin")
@@ -79,7 +79,7 @@ async def dashboard(request: Request) -> Response:
     buckets = minute_buckets(activity, now)
     queues = [
         {"queue": q, "depth": depth.get(q, (0, 0.0))[0], "lag": depth.get(q, (0, 0.0))[1]}
-        for q in ("llm", "tool", "maintenance")
+        for q in JobQueue
     ]
     return render.render(
         request,

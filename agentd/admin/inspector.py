@@ -19,14 +19,13 @@ from fastapi.responses import Response
 
 from agentd.admin import render
 from agentd.admin.loops import parse_uuid
-from agentd.agent import Agent, LoopView
+from agentd.agent import Agent, LoopView, agent_mcp_configs
 from agentd.api import hygiene
 from agentd.api.state import AppState
 from agentd.db.pool import connection, transaction
 from agentd.mcp.client import PREFIX_SEPARATOR, McpClient, McpTool, ToolOutcome
 from agentd.mcp.config import McpServerConfig
 from agentd.mcp.port import CallContext
-from agentd.pipeline.llm.tool_discovery import agent_mcp_configs
 from agentd.store import events, loops, mcp, tool_calls
 from agentd.store.models import Loop, NewEvent
 

@@ -19,8 +19,8 @@ from agentd.api.state import AppState
 from agentd.db.pool import connection
 from agentd.engine import costs, loop_limits, loop_state, tokens
 from agentd.engine.lifecycle import DEFAULT_RESUME_FROM
-from agentd.engine.states import ACTIVE, LoopStatus
-from agentd.errors import AgentdError, BadRequest, PreconditionFailed
+from agentd.errors import AgentdError, BadRequest, DatabaseError, PreconditionFailed
+from agentd.states import ACTIVE, ApprovalStatus, LoopStatus, MessageStatus, TransitionReason
 from agentd.store import events, jobs, loops, mcp, messages, tool_calls
 from agentd.store.models import Event, Loop, Message, ToolCall
 
@@ -167,6 +167,8 @@ async def start_loop(request: Request) -> Response:
             state=loop_state,
             observe=bool(form.get("observe")),
         )
+    except DatabaseError:
+        raise  # an outage or a bug, not a mistake in the form: the API's handlers answer
     except AgentdError as exc:
         return render.redirect(request, "/admin/loops", flash=("error", exc.message))
     return render.redirect(
@@ -188,14 +190,14 @@ def transcript(
     out = []
     prev: int | None = None  # the message before, in the prompt: "regenerate this reply"
     for m in rows:
-        if m.hidden and m.status != "processing":
+        if m.hidden and m.status != MessageStatus.PROCESSING:
             continue  # a failed shell: its turn was retried
         live = not m.hidden and m.superseded_at is None
         if not (m.role == "tool" and m.tool_call_id in known):
             out.append({"m": m, "calls": by_message.get(m.id, []), "prev": prev, "live": live})
         if live:
             prev = m.id
-    pending = [c for c in calls if c.approval_status == "pending"]
+    pending = [c for c in calls if c.approval_status == ApprovalStatus.PENDING]
     return out, pending
 
 
@@ -304,7 +306,7 @@ async def loop_stream(request: Request, loop_id: str) -> Response:
 
 # --- actions -------------------------------------------------------------------------------
 
-LIMIT_REASONS = ("max_steps_exceeded", "token_budget_exceeded")
+LIMIT_REASONS = (TransitionReason.MAX_STEPS, TransitionReason.TOKEN_BUDGET)
 
 
 def _limit(form: Any, name: str) -> int | None:
@@ -358,6 +360,8 @@ async def loop_action(request: Request, loop_id: str, action: str) -> Response:
             await lc.unfreeze(ident)
         else:
             await lc.observe(ident, action == "observe")
+    except DatabaseError:
+        raise  # an outage or a bug, not a mistake in the form: the API's handlers answer
     except AgentdError as exc:
         return render.redirect(request, back, flash=("error", exc.message))
     return render.redirect(request, back, flash=("ok", _DONE[action]))
@@ -391,6 +395,8 @@ async def save_state(request: Request, loop_id: str) -> Response:
         )
     except ValueError as exc:
         return render.redirect(request, back, flash=("error", str(exc)))
+    except DatabaseError:
+        raise  # an outage or a bug, not a mistake in the form: the API's handlers answer
     except AgentdError as exc:
         if isinstance(exc, PreconditionFailed):
             msg = "The state changed since this page loaded; reload and edit again."
@@ -413,6 +419,8 @@ async def continue_loop(request: Request, loop_id: str) -> Response:
     form = await request.form()
     try:
         await state.lifecycle.append_message(ident, _field(form, "content"))
+    except DatabaseError:
+        raise  # an outage or a bug, not a mistake in the form: the API's handlers answer
     except AgentdError as exc:
         return render.redirect(request, back, flash=("error", exc.message))
     return render.redirect(request, back, flash=("ok", "Message added; the loop continues."))
@@ -433,6 +441,8 @@ async def message_action(request: Request, loop_id: str, message_id: str, action
             new = await state.lifecycle.fork(ident, int(message_id))
         else:
             await state.lifecycle.regenerate(ident, int(message_id))
+    except DatabaseError:
+        raise  # an outage or a bug, not a mistake in the form: the API's handlers answer
     except AgentdError as exc:
         return render.redirect(request, back, flash=("error", exc.message))
     if action == "fork":
@@ -493,6 +503,8 @@ async def _decide(request: Request, tool_call_id: str, decision: str) -> Respons
             decided_by="admin",
             arguments=arguments,
         )
+    except DatabaseError:
+        raise  # an outage or a bug, not a mistake in the form: the API's handlers answer
     except AgentdError as exc:
         return render.redirect(request, back, flash=("error", exc.message))
     if decided.approved_arguments is not None and arguments is not None:

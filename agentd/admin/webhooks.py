@@ -13,12 +13,13 @@ from agentd import redact
 from agentd.admin import render
 from agentd.api.state import AppState
 from agentd.db.pool import connection, transaction
+from agentd.states import WebhookDeliveryStatus
 from agentd.store import webhooks
 
 router = APIRouter(prefix="/admin")
 
 PAGE_SIZE = 50
-STATUSES = ("pending", "delivered", "failed")
+STATUSES = tuple(s.value for s in WebhookDeliveryStatus)
 
 
 def _state(request: Request) -> AppState:

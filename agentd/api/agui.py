@@ -1,6 +1,6 @@
 """GET /v1/loops/{id}/stream?protocol=ag-ui: a loop's live stream as AG-UI events.
 
-The same live feed as the agentd stream (api/streams.py: one shared LISTEN, per-loop
+The same live feed as the agentd stream (api/stream_hub.py: one shared LISTEN, per-loop
 queues), mapped to the AG-UI protocol (https://docs.ag-ui.com, version AGUI_VERSION) so
 an AG-UI front end (CopilotKit, ...) renders a loop as it runs. The JSON is written here,
 camelCase as the protocol specifies; tests validate every event with the `ag-ui-protocol`
@@ -43,13 +43,13 @@ from uuid import UUID
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from agentd.api import streams
 from agentd.api.problems import ApiProblem
 from agentd.api.routes_loops import app_state
-from agentd.api.streams import END, KEEPALIVE_SECONDS, StreamHub, Subscription
+from agentd.api.stream_hub import END, KEEPALIVE_SECONDS, StreamHub, Subscription, newest_assistant
 from agentd.db.pool import connection
 from agentd.errors import LoopNotFound
 from agentd.llm import prices
+from agentd.states import LoopStatus
 from agentd.store import loops, messages, tool_calls
 from agentd.store.models import Loop, Message, ToolCall
 
@@ -331,7 +331,7 @@ class AguiStream:
             self.sent.add(m.id)
             self.high = max(self.high, m.id)  # the message's own events carry its id
             frames += self._message(m, by_message.get(m.id, []))
-        newest = streams.newest_assistant(rows)
+        newest = newest_assistant(rows)
         if newest > self.floor:
             self.floor = newest
             self.sent = {i for i in self.sent if i > newest}
@@ -355,7 +355,7 @@ class AguiStream:
                 "cost": prices.money(loop.cost),
             }
         }
-        if loop.status == "failed":
+        if loop.status == LoopStatus.FAILED:
             last = _event(
                 "RUN_ERROR",
                 message=loop.error_message or "the loop failed",
@@ -364,8 +364,8 @@ class AguiStream:
                 usage=self._usage(),
             )
         else:
-            if loop.status == "paused":
-                reason = loop.status_reason or "paused"
+            if loop.status == LoopStatus.PAUSED:
+                reason = loop.status_reason or LoopStatus.PAUSED
                 outcome: dict[str, Any] = {
                     "type": "interrupt",
                     "interrupts": [
@@ -377,7 +377,7 @@ class AguiStream:
                         }
                     ],
                 }
-            elif loop.status == "stopped":
+            elif loop.status == LoopStatus.STOPPED:
                 outcome = {"type": "cancelled"}
             else:
                 outcome = {"type": "success"}
@@ -430,7 +430,7 @@ class AguiStream:
         resume = self.resume
         if resume is None or resume.ended:
             # A new run: it starts after every message there is now.
-            self.floor = streams.newest_assistant(rows)
+            self.floor = newest_assistant(rows)
             self.sent = {m.id for m in rows if m.id > self.floor}
             self.high = max((m.id for m in rows), default=0)
             self.anchor = self.high
@@ -438,7 +438,7 @@ class AguiStream:
                 yield frame
         else:
             self.anchor = resume.anchor
-            self.floor = streams.newest_assistant(rows, at_most=resume.high)
+            self.floor = newest_assistant(rows, at_most=resume.high)
             self.sent = {
                 m.id for m in rows if self.floor < m.id <= resume.high and m.role != "tool"
             }

@@ -23,6 +23,7 @@ from agentd.api import (
     headers,
     health,
     json_body,
+    mcp_server,
     methods,
     metrics,
     problems,
@@ -35,6 +36,7 @@ from agentd.api import (
     routes_schedules,
     routes_state,
     routes_webhooks,
+    stream_hub,
     streams,
 )
 from agentd.api.state import AppState
@@ -53,8 +55,6 @@ _bearer = HTTPBearer(auto_error=False)
 
 
 def create_app(state: AppState) -> FastAPI:
-    from agentd.mcp import mounts
-
     app = FastAPI(
         title="agentd",
         version=__about__.__version__,
@@ -68,7 +68,7 @@ def create_app(state: AppState) -> FastAPI:
     redact.remember(
         state.api_token, *(t.get_secret_value() for t in state.settings.read_tokens), pin=True
     )  # an echoed token is masked in events and logs, in any encoding
-    app.state.stream_hub = streams.StreamHub(state.database_url)
+    app.state.stream_hub = stream_hub.StreamHub(state.database_url)
     app.state.metrics = metrics.Metrics(state)
     outages = problems.install(app)
 
@@ -94,7 +94,7 @@ def create_app(state: AppState) -> FastAPI:
     async def root() -> RedirectResponse:
         return RedirectResponse("/admin", status_code=307)
 
-    mounts.mount_all(app, state)
+    mcp_server.mount_all(app, state)
     admin.mount(app, state)  # its own cookie+CSRF auth; enumerated by test_auth.py too
 
     # Outermost last: CatchAll's 500s and MethodRouting's 405s get the security headers.

@@ -10,7 +10,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from agentd.db import migrate
-from agentd.db.pool import DB_ERRORS_OR_TIMEOUT, connection
+from agentd.db.pool import connection
+from agentd.errors import DatabaseError
 from agentd.store import workers
 
 router = APIRouter(tags=["health"])
@@ -42,8 +43,9 @@ async def readyz(request: Request) -> JSONResponse:
             ready = ready and current
             missing = await unconsumed_queues(state.pool)
             checks["unconsumed_queues"] = missing
-    except DB_ERRORS_OR_TIMEOUT as exc:
-        checks["database"] = f"unreachable: {type(exc).__name__}"
+    except (DatabaseError, TimeoutError) as exc:
+        name = exc.driver if isinstance(exc, DatabaseError) else type(exc).__name__
+        checks["database"] = f"unreachable: {name}"
         ready = False
     engine = state.engine
     if engine is not None:

@@ -20,8 +20,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentd import logs
-from agentd.db.pool import lost_connection, schema_changed
-from agentd.errors import AgentdError, DatabaseUnavailable
+from agentd.errors import AgentdError, DatabaseError, DatabaseUnavailable, SchemaChanged
 
 log = logs.get("agentd.api")
 
@@ -111,6 +110,10 @@ async def _agentd_error(request: Request, exc: Exception) -> Response:
         outages: Outages = request.app.state.outages
         outages.refused(request.url.path, exc)
         return database_unavailable()
+    if isinstance(exc, DatabaseError):
+        # A statement the database refused: a bug, answered like any unexpected exception.
+        log.exception("api.unhandled", path=request.url.path, error=exc.driver)
+        return internal_error()
     if exc.status >= 500:
         log.error("api.error", path=request.url.path, problem=exc.problem_type, error=exc.message)
     return from_error(exc)
@@ -124,6 +127,13 @@ def database_unavailable() -> Response:
         _HTTP_TITLES[503][1],
         "the database is unavailable or was just migrated; retry",
         headers={"Retry-After": "1"},
+    )
+
+
+def internal_error() -> Response:
+    """500 `internal`: nothing of the exception's wording reaches the client."""
+    return problem_response(
+        500, "internal", _HTTP_TITLES[500][1], "internal error; see the server log"
     )
 
 
@@ -153,8 +163,8 @@ class Outages:
         log.warning(
             "api.database_unavailable",
             path=path,
-            error=type(exc).__name__,
-            cause="schema_changed" if schema_changed(exc) else "connection",
+            error=exc.driver if isinstance(exc, DatabaseError) else type(exc).__name__,
+            cause="schema_changed" if isinstance(exc, SchemaChanged) else "connection",
             refused=self._count,
         )
         self._count = 0
@@ -217,20 +227,19 @@ class CatchAll:
             await self.app(scope, receive, tracking_send)
         except Exception as exc:
             path = scope.get("path")
-            if isinstance(exc, DatabaseUnavailable) or lost_connection(exc) or schema_changed(exc):
+            if isinstance(exc, DatabaseUnavailable):
                 # Expected operation, not a bug: nothing was committed, a retry will succeed.
                 self.outages.refused(str(path), exc)
                 response = database_unavailable()
             elif isinstance(exc, AgentdError) and exc.status < 500:
                 response = from_error(exc)
             else:
-                log.exception("api.unhandled", path=path, error=type(exc).__name__)
-                if isinstance(exc, AgentdError):
+                name = exc.driver if isinstance(exc, DatabaseError) else type(exc).__name__
+                log.exception("api.unhandled", path=path, error=name)
+                if isinstance(exc, AgentdError) and not isinstance(exc, DatabaseError):
                     response = from_error(exc)
                 else:
-                    response = problem_response(
-                        500, "internal", _HTTP_TITLES[500][1], "internal error; see the server log"
-                    )
+                    response = internal_error()
             if not started:
                 await response(scope, receive, send)
 

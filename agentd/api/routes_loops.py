@@ -26,9 +26,9 @@ from agentd.api.schemas import (
 )
 from agentd.api.state import AppState
 from agentd.db.pool import Connection, connection, transaction
-from agentd.engine.states import LoopStatus
 from agentd.errors import LoopNotFound
 from agentd.llm import prices
+from agentd.states import LoopStatus
 from agentd.store import events, loops, messages, tool_calls
 from agentd.store.models import Loop
 

@@ -10,8 +10,8 @@ from uuid import UUID
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, Strict
 
 from agentd.api import hygiene
-from agentd.engine.states import LoopStatus
 from agentd.llm import prices
+from agentd.states import ApprovalStatus, InputStatus, LoopStatus, MessageStatus, ToolCallStatus
 from agentd.store.models import Event, Loop, Message, ToolCall
 
 T = TypeVar("T")
@@ -312,12 +312,14 @@ class ToolCallOut(BaseModel):
     name: str
     arguments: dict[str, Any] | None = Field(description="Null when the model sent invalid JSON.")
     arguments_raw: str | None
-    status: str
+    status: ToolCallStatus
     result: str | None
     is_success: bool | None
     error_message: str | None
     approval_required: bool
-    approval_status: str | None = Field(description="pending, approved, denied, expired or null.")
+    approval_status: ApprovalStatus | None = Field(
+        description="pending, approved, denied, expired or null."
+    )
     approval_deadline: datetime | None
     decided_at: datetime | None
     decided_by: str | None
@@ -330,7 +332,7 @@ class ToolCallOut(BaseModel):
     approved_arguments: dict[str, Any] | None = Field(
         None, description="The arguments a person approved in place of the model's."
     )
-    input_status: str | None = Field(
+    input_status: InputStatus | None = Field(
         None, description="pending (an MCP server waits for a person's input), answered, or null."
     )
     input_rounds: int = Field(0, description="How many times the server asked for input.")
@@ -347,19 +349,21 @@ class ToolCallOut(BaseModel):
             name=tc.name,
             arguments=tc.arguments if isinstance(tc.arguments, dict) else None,
             arguments_raw=tc.arguments_raw,
-            status=tc.status,
+            status=ToolCallStatus(tc.status),
             result=tc.result,
             is_success=tc.is_success,
             error_message=tc.error_message,
             approval_required=tc.approval_required,
-            approval_status=tc.approval_status,
+            approval_status=None
+            if tc.approval_status is None
+            else ApprovalStatus(tc.approval_status),
             approval_deadline=tc.approval_deadline,
             decided_at=tc.decided_at,
             decided_by=tc.decided_by,
             decision_reason=tc.decision_reason,
             requested_arguments=tc.requested_arguments,
             approved_arguments=tc.approved_arguments,
-            input_status=tc.input_status,
+            input_status=None if tc.input_status is None else InputStatus(tc.input_status),
             input_rounds=tc.input_rounds,
             task_id=tc.task_id,
             created_at=tc.created_at,
@@ -408,7 +412,7 @@ class MessageOut(BaseModel):
     reasoning: str | None
     tool_calls: list[ToolCallOut] = Field(description="Calls this assistant message made.")
     tool_call_id: int | None = Field(description="For a tool result: the call it answers.")
-    status: str
+    status: MessageStatus
     hidden: bool = Field(description="A streaming partial or a failed shell (never history).")
     step: int | None
     finish_reason: str | None
@@ -457,7 +461,7 @@ class MessageOut(BaseModel):
             reasoning=msg.reasoning,
             tool_calls=[ToolCallOut.of(c) for c in calls],
             tool_call_id=msg.tool_call_id,
-            status=msg.status,
+            status=MessageStatus(msg.status),
             hidden=msg.hidden,
             step=msg.step,
             finish_reason=msg.finish_reason,

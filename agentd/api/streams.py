@@ -1,9 +1,9 @@
 """GET /v1/loops/{id}/stream: Server-Sent Events fed by one shared LISTEN per process.
 
 The engine (in this process or any other) publishes JSON on the `agentd_stream` channel at
-commit: `delta` (streamed text), `message` (a committed message id), `status`, `approval`.
-`StreamHub` holds ONE listener connection and fans payloads out to per-loop queues; an SSE
-client never costs a database connection of its own while it waits.
+commit: `delta` (streamed text), `message` (a committed message id), `status`, `approval`;
+`api/stream_hub.py` fans it out, so an SSE client costs no database connection while it
+waits. `protocol=ag-ui` hands the same feed to `api/agui.py`.
 
 Event ids (for `Last-Event-ID` resumption):
 
@@ -21,137 +21,39 @@ Deltas are never replayed; the committed message that follows them carries the f
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
-from agentd import logs
-from agentd.api import problems
+from agentd.api import agui, problems
 from agentd.api.problems import ApiProblem
 from agentd.api.routes_loops import app_state
 from agentd.api.schemas import render_messages
-from agentd.db.listener import Listener
+from agentd.api.stream_hub import (
+    END,
+    KEEPALIVE_SECONDS,
+    RESYNC,
+    StreamHub,
+    Subscription,
+    newest_assistant,
+)
 from agentd.db.pool import connection
-from agentd.engine.states import LoopStatus
-from agentd.errors import DatabaseUnavailable, LoopNotFound
+from agentd.errors import LoopNotFound
 from agentd.store import loops, messages, tool_calls
-from agentd.store.models import Loop, Message
+from agentd.store.models import Loop
 
-log = logs.get("agentd.api.streams")
-
-CHANNEL = "agentd_stream"
-#: The stream ends once the loop rests here (a person or a new message moves it on).
-END = frozenset({LoopStatus.COMPLETED, LoopStatus.FAILED, LoopStatus.STOPPED, LoopStatus.PAUSED})
-KEEPALIVE_SECONDS = 15.0
-QUEUE_SIZE = 1000
-_RESYNC: dict[str, Any] = {"type": "resync"}  # listener reconnected or a queue overflowed
 _EVENT_ID = re.compile(r"^[mdsa](\d{1,18})(?:\.\d{1,18})?$")
 
 router = APIRouter(tags=["streams"])
 
 
-@dataclass(eq=False)
-class Subscription:
-    loop_id: UUID
-    queue: asyncio.Queue[dict[str, Any]] = field(
-        default_factory=lambda: asyncio.Queue(maxsize=QUEUE_SIZE)
-    )
-
-    def push(self, item: dict[str, Any]) -> None:
-        try:
-            self.queue.put_nowait(item)
-        except asyncio.QueueFull:
-            # A stalled client: drop what is queued and re-read from the database instead.
-            while not self.queue.empty():
-                self.queue.get_nowait()
-            self.queue.put_nowait(_RESYNC)
-
-
-class StreamHub:
-    """One LISTEN connection per process, started with the first subscriber, closed after
-    the last one leaves."""
-
-    def __init__(self, url: str, *, connect_timeout: float = 5.0) -> None:
-        self.url = url
-        self.connect_timeout = connect_timeout
-        self._subs: dict[UUID, set[Subscription]] = {}
-        self._lock = asyncio.Lock()
-        self._listener: Listener | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._stop: asyncio.Event | None = None
-
-    def subscribers(self) -> int:
-        return sum(len(s) for s in self._subs.values())
-
-    def _on_notify(self, channel: str, payload: str) -> None:
-        try:
-            item = json.loads(payload)
-            loop_id = UUID(str(item["loop_id"]))
-        except (ValueError, KeyError, TypeError):
-            log.warning("stream.bad_payload", channel=channel)
-            return
-        for sub in self._subs.get(loop_id, ()):
-            sub.push(item)
-
-    def _resync_all(self) -> None:
-        for subs in self._subs.values():
-            for sub in subs:
-                sub.push(_RESYNC)
-
-    async def subscribe(self, loop_id: UUID) -> Subscription:
-        sub = Subscription(loop_id)
-        async with self._lock:
-            self._subs.setdefault(loop_id, set()).add(sub)
-            if self._task is None:
-                self._stop = asyncio.Event()
-                self._listener = Listener(
-                    self.url, [CHANNEL], self._on_notify, on_reconnect=self._resync_all
-                )
-                self._task = asyncio.create_task(
-                    self._listener.run(self._stop), name="stream-listener"
-                )
-            listener = self._listener
-        assert listener is not None
-        try:
-            # Listen before reading state, or a change in between would be missed.
-            async with asyncio.timeout(self.connect_timeout):
-                await listener.connected.wait()
-        except TimeoutError:
-            await self.unsubscribe(sub)
-            raise DatabaseUnavailable("cannot LISTEN for live events") from None
-        return sub
-
-    async def unsubscribe(self, sub: Subscription) -> None:
-        task = stop = None
-        async with self._lock:
-            subs = self._subs.get(sub.loop_id)
-            if subs is not None:
-                subs.discard(sub)
-                if not subs:
-                    del self._subs[sub.loop_id]
-            if not self._subs and self._task is not None:
-                task, stop = self._task, self._stop
-                self._task = self._stop = self._listener = None
-        if task is not None and stop is not None:
-            stop.set()
-            with contextlib.suppress(Exception):
-                await task
-
-
 def _frame(event: str, event_id: str, data: dict[str, Any]) -> str:
     return f"id: {event_id}\nevent: {event}\ndata: {json.dumps(data, default=str)}\n\n"
-
-
-def newest_assistant(rows: list[Message], at_most: int | None = None) -> int:
-    ids = [m.id for m in rows if m.role == "assistant" and (at_most is None or m.id <= at_most)]
-    return max(ids, default=0)
 
 
 class LoopStream:
@@ -244,10 +146,10 @@ class LoopStream:
             elif kind == "approval":
                 data = {k: v for k, v in item.items() if k not in ("type", "loop_id")}
                 yield _frame("approval", self._next_id("a"), data)
-            elif kind == "status" or item is _RESYNC:
+            elif kind == "status" or item is RESYNC:
                 for frame in await self._catch_up():
                     yield frame
-                if item is _RESYNC:
+                if item is RESYNC:
                     async with connection(self.state.pool) as conn:
                         row = await loops.get(conn, loop_id=self.loop.id)
                     if row is None:
@@ -310,8 +212,6 @@ async def stream(
     deltas); ends when it completes, fails, stops or pauses. Writes nothing to a loop that
     is already observed or at rest."""
     if protocol == "ag-ui":
-        from agentd.api import agui  # it imports this module
-
         return await agui.stream(request, loop_id, last_event_id)
     resume_from = _parse_last_event_id(last_event_id)
     state = app_state(request)

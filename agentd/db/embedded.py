@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
+import tempfile
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +36,12 @@ class EmbeddedPostgres:
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         pgdata = self.data_dir / "pgdata"
-        self._server = get_server(pgdata, cleanup_mode="stop")
-        return str(self._server.get_uri())
+        # One start at a time per machine: run as root, the wheel creates its system user and
+        # widens folder permissions on a first start, and two processes doing that at once
+        # (test workers, `agentd up` beside `agentd demo`) make each other's initdb fail.
+        with _machine_lock():
+            self._server = get_server(pgdata, cleanup_mode="stop")
+            return str(self._server.get_uri())
 
     def _stop_sync(self) -> None:
         if self._server is not None:
@@ -57,6 +63,17 @@ class EmbeddedPostgres:
         if self._server is None:
             return None
         return int(self._server.get_pid())
+
+
+@contextlib.contextmanager
+def _machine_lock() -> Iterator[None]:
+    path = Path(tempfile.gettempdir()) / "agentd-embedded-start.lock"
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # blocking: called in a worker thread
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @contextlib.asynccontextmanager

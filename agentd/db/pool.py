@@ -1,4 +1,6 @@
-"""The asyncpg pool and the transaction helper every store call runs under."""
+"""The asyncpg pool, the transaction helpers every store call runs under, and the one
+place asyncpg exceptions become agentd errors (`translate_pg_errors`, applied by
+`transaction()` and `connection()`): above the store, code catches `agentd.errors`."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any, TypeAlias
 import asyncpg
 
 from agentd.db import storable
+from agentd.errors import DatabaseError, DatabaseUnavailable, SchemaChanged
 
 Pool: TypeAlias = asyncpg.Pool
 Connection: TypeAlias = asyncpg.Connection
@@ -121,26 +124,29 @@ async def connect(url: str, *, application_name: str = "agentd") -> Connection:
 
 @contextlib.asynccontextmanager
 async def transaction(pool: Pool) -> AsyncIterator[Connection]:
-    """Take a connection for one transaction; never hold it across a network await."""
-    async with pool.acquire() as conn, conn.transaction():
-        yield conn
+    """Take a connection for one transaction; never hold it across a network await.
+    The acquire, every statement of the block and the commit raise agentd errors."""
+    with translate_pg_errors():
+        async with pool.acquire() as conn, conn.transaction():
+            yield conn
 
 
 @contextlib.asynccontextmanager
 async def connection(pool: Pool) -> AsyncIterator[Connection]:
-    async with pool.acquire() as conn:
-        yield conn
+    """Take a pooled connection; its statements raise agentd errors, as in transaction()."""
+    with translate_pg_errors():
+        async with pool.acquire() as conn:
+            yield conn
 
 
-#: What a lost or unreachable database raises; callers retry or degrade on these.
+#: What the driver raises (a lost or unreachable database, a refused statement); above db/
+#: and store/ they arrive translated (translate_pg_errors), as agentd.errors.DatabaseError.
 DB_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
     asyncpg.InternalClientError,
 )
-#: The same, or a statement that timed out waiting on it.
-DB_ERRORS_OR_TIMEOUT: tuple[type[BaseException], ...] = (*DB_ERRORS, TimeoutError)
 
 #: The database went away (server restart, failover, a pooler or an admin killing the
 #: backend): not a bad query. Work interrupted by one of these is re-run through its lease.
@@ -198,6 +204,33 @@ def refused_write(exc: BaseException) -> str | None:
     return None
 
 
+#: What until_reachable() retries: agentd's errors, or the driver's from a bare connection
+#: (TimeoutError, raised by asyncio.timeout there, is an OSError).
+_RETRIED: tuple[type[BaseException], ...] = (*DB_ERRORS, DatabaseError)
+
+
+def translated(exc: BaseException) -> DatabaseError:
+    """A driver error (or an OSError) as agentd's own: SchemaChanged, DatabaseUnavailable
+    (the connection was lost), else DatabaseError. Raise it `from exc`."""
+    if schema_changed(exc):
+        cls: type[DatabaseError] = SchemaChanged
+    elif lost_connection(exc):
+        cls = DatabaseUnavailable
+    else:
+        cls = DatabaseError
+    return cls(str(exc) or type(exc).__name__, driver=type(exc).__name__)
+
+
+@contextlib.contextmanager
+def translate_pg_errors() -> Iterator[None]:
+    """The one place asyncpg exceptions become agentd errors (procrastinate's
+    `wrap_exceptions`); the original stays `__cause__`, so refused_write() still reads it."""
+    try:
+        yield
+    except DB_ERRORS as exc:
+        raise translated(exc) from exc
+
+
 def _raised_in_asyncpg(exc: BaseException) -> bool:
     tb = exc.__traceback__
     while tb is not None:
@@ -220,7 +253,7 @@ async def until_reachable(
             async with asyncio.timeout(10):
                 await op()
             return None
-        except DB_ERRORS_OR_TIMEOUT as exc:
+        except _RETRIED as exc:
             last = exc
         await asyncio.sleep(delay)  # backoff while the server is away
         delay = min(delay * 2, max_delay)

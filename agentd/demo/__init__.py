@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd.settings import Settings
+from agentd.states import ApprovalStatus, LoopStatus, ToolCallStatus
 
 AGENT = "trip"
 TASK = (
@@ -101,10 +102,11 @@ async def _registered(pool: Any, *, within: float) -> None:
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     from agentd import logs
-    from agentd.cli import _app, _database, _Server
+    from agentd.api.serve import HttpServer, api_app
     from agentd.client import AsyncClient
     from agentd.db.listener import Listener
     from agentd.db.pool import connection
+    from agentd.db.startup import open_database
     from agentd.demo.agent import TripAgent
     from agentd.engine.service import Engine
     from agentd.registry import build_registry
@@ -141,7 +143,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         config = workdir / "agents.toml"
         config.write_text(f'[agents.{AGENT}]\nclass = "agentd.demo.agent:TripAgent"\n')
         worker_log = workdir / "worker.log"
-        pool, url = await stack.enter_async_context(_database(settings, migrate_first=True))
+        pool, url = await stack.enter_async_context(open_database(settings, migrate_first=True))
         where = (
             "embedded PostgreSQL in " + str(settings.data_dir)
             if not settings.database_url
@@ -164,9 +166,9 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         engine = Engine(
             settings=settings, pool=pool, registry=registry, url=url, queues=["maintenance"]
         )
-        server = _Server(settings)
+        server = HttpServer(settings.host, settings.port)
         stack.callback(server.close)
-        app = _app(settings, pool, url, registry, engine, token)
+        app = api_app(settings, pool, url, registry, engine, token)
         tasks = [
             asyncio.create_task(engine.run(stop)),
             asyncio.create_task(server.serve(app, stop)),
@@ -224,7 +226,11 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                     text = (m.content or "").replace("\n", " ")
                     out.line(f"  <- {answered.name if answered else 'tool'}: {text[:110]}")
             slow = [c for c in calls if c.name == "find_hotels"]
-            if killed_at is None and not args.no_crash and any(c.status == "running" for c in slow):
+            if (
+                killed_at is None
+                and not args.no_crash
+                and any(c.status == ToolCallStatus.RUNNING for c in slow)
+            ):
                 worker.send_signal(signal.SIGKILL)
                 await worker.wait()
                 killed_at = time.monotonic()
@@ -241,7 +247,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                     "after the kill; it runs again with the same idempotency key"
                 )
             for c in calls:
-                if c.approval_status == "pending":
+                if c.approval_status == ApprovalStatus.PENDING:
                     out.line(
                         f"  ?? {c.name} waits for a person's approval; the demo "
                         f"approves it with agentd.client (POST /v1/tool-calls/{c.id}/approve)"
@@ -263,7 +269,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                         out.stream(ev.get("delta", ""))
                     continue
                 row, calls, msgs = await sync()
-                if row.status == "completed":
+                if row.status == LoopStatus.COMPLETED:
                     out.line()
                     n_msgs = len([m for m in msgs if m.role == "assistant"])
                     out.line(
@@ -280,7 +286,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                     )
                     result = 0
                     break
-                if row.status in ("failed", "paused", "stopped"):
+                if row.status in (LoopStatus.FAILED, LoopStatus.PAUSED, LoopStatus.STOPPED):
                     out.line(f"loop {row.status}: {row.error_message or row.status_reason}")
                     break
             else:

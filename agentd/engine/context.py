@@ -1,17 +1,25 @@
-"""The context objects the LLM and tool pipelines pass down their middlewares."""
+"""The context objects the LLM and tool pipelines pass down their middlewares.
+
+Public (`agentd.TurnContext`, `agentd.ToolContext`): a plugin's middleware reads and writes
+them. Importing this module stays cheap (`import agentd` loads it): the runtime and the row
+types are only named, and the methods that touch the database import it when called.
+"""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd.agent import Agent, LoopView
-from agentd.engine.runtime import Runtime
 from agentd.errors import FenceLost
 from agentd.llm.types import LLMRequest, LLMResponse, Message, ToolSpec
-from agentd.store.models import Loop, McpToolRow, NewEvent, ToolCall
-from agentd.store.models import Message as MessageRow
+from agentd.states import LoopStatus, TransitionReason
+
+if TYPE_CHECKING:
+    from agentd.engine.runtime import Runtime
+    from agentd.store.models import Loop, McpToolRow, NewEvent, ToolCall
+    from agentd.store.models import Message as MessageRow
 
 
 @dataclass
@@ -58,19 +66,20 @@ class TurnContext:
             calls = await tool_calls.list_for_loop(conn, loop_id=self.loop.id)
         return rows, calls
 
-    async def complete_loop(self, *, reason: str = "completed_by_host") -> None:
+    async def complete_loop(self, *, reason: str = TransitionReason.COMPLETED_BY_HOST) -> None:
         """Host-driven completion: finish the loop now, fenced by this turn's token,
         without another LLM request (step_count is not incremented)."""
         from agentd.db.pool import transaction
         from agentd.store import events, loops, messages
+        from agentd.store.models import NewEvent
 
         async with transaction(self.runtime.pool) as conn:
             row = await loops.fenced_transition(
                 conn,
                 loop_id=self.loop.id,
                 execution_token=self.execution_token,
-                from_statuses=["running"],
-                status="completed",
+                from_statuses=[LoopStatus.RUNNING],
+                status=LoopStatus.COMPLETED,
                 reason=reason,
             )
             if row is None:
@@ -84,7 +93,7 @@ class TurnContext:
                 {
                     "type": "status",
                     "loop_id": str(self.loop.id),
-                    "status": "completed",
+                    "status": LoopStatus.COMPLETED,
                     "reason": reason,
                 },
             )

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from agentd.db.pool import transaction
+from agentd.states import LoopStatus
 from agentd.store import events, loops
 from agentd.store.models import NewEvent
 
@@ -44,7 +45,7 @@ async def defer_turn(
                     {
                         "type": "status",
                         "loop_id": str(ctx.loop.id),
-                        "status": "queued",
+                        "status": LoopStatus.QUEUED,
                         "reason": reason,
                     },
                 )

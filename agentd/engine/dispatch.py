@@ -13,8 +13,10 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 
 from agentd import logs
-from agentd.db.pool import DB_ERRORS, Connection, connection
+from agentd.db.pool import Connection, connection
 from agentd.engine.runtime import Runtime
+from agentd.errors import DatabaseError
+from agentd.states import JobQueue
 from agentd.store import jobs
 from agentd.store.models import ToolCall
 
@@ -32,14 +34,14 @@ async def enqueue_llm(
 ) -> None:
     await jobs.enqueue(
         conn,
-        queue="llm",
+        queue=JobQueue.LLM,
         kind="llm_turn",
         loop_id=loop_id,
         generation=generation,
         lease_seconds=lease_seconds,
     )
     if notify or (runtime is not None and "llm" not in runtime.consumes):
-        await jobs.notify(conn, queue="llm")
+        await jobs.notify(conn, queue=JobQueue.LLM)
 
 
 async def enqueue_tools(
@@ -56,7 +58,7 @@ async def enqueue_tools(
     for call in calls:
         await jobs.enqueue(
             conn,
-            queue="tool",
+            queue=JobQueue.TOOL,
             kind="tool_call",
             loop_id=loop_id,
             tool_call_id=call.id,
@@ -65,7 +67,7 @@ async def enqueue_tools(
         )
         n += 1
     if n and (notify or (runtime is not None and "tool" not in runtime.consumes)):
-        await jobs.notify(conn, queue="tool")
+        await jobs.notify(conn, queue=JobQueue.TOOL)
     return n
 
 
@@ -91,7 +93,7 @@ def hand_back(
         try:
             async with connection(runtime.pool) as conn:
                 await op(conn)
-        except DB_ERRORS as exc:
+        except DatabaseError as exc:
             log.warning("hand_back.failed", what=what, loop_id=str(loop_id), error=repr(exc))
 
     task = asyncio.get_running_loop().create_task(run())

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 
 from agentd.db.pool import Connection
-from agentd.engine.states import TransitionReason
 from agentd.errors import BadRequest, NotFound
+from agentd.states import TransitionReason
 from agentd.store import events, loops, messages, tool_calls
 from agentd.store.models import Loop, Message, NewEvent
 

@@ -6,7 +6,8 @@ by creation age and take their events with them even when event retention is uns
 logs (`llm.request`, `mcp.*` events) go after `wire_log_retention` (30 days by default),
 then the stored request parts of loops whose newest part is that old — messages and every
 other event stay (docs/long-loops.md); idempotency keys go once past
-`idempotency_key_retention` (they answer for nothing then).
+`idempotency_key_retention` (they answer for nothing then); finished webhook deliveries
+after `webhook_delivery_retention` (7 days by default; pending ones never).
 Tolerates: several janitors at once (deletes are idempotent).
 Never: deletes events or sessions when every retention is unset; a message.
 Called by: engine.service (every `janitor_interval`), `agentd prune`.
@@ -20,10 +21,11 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
 from agentd import logs
-from agentd.db.pool import DB_ERRORS, Pool, transaction
+from agentd.db.pool import Pool, transaction
 from agentd.engine.ticks import Signal, ticks
+from agentd.errors import DatabaseError
 from agentd.settings import Settings
-from agentd.store import events, idempotency_keys, mcp, workers
+from agentd.store import events, idempotency_keys, mcp, webhooks, workers
 
 log = logs.get("agentd.janitor")
 
@@ -35,6 +37,7 @@ class PruneReport:
     wire_logs: int = 0
     wire_parts: int = 0
     idempotency_keys: int = 0
+    webhook_deliveries: int = 0
 
     def as_log(self) -> dict[str, int]:
         return asdict(self)
@@ -77,6 +80,9 @@ class Janitor:
             report.idempotency_keys += n
             if n < s.janitor_batch_size:
                 break
+        if s.webhook_delivery_retention is not None:
+            cutoff = now - s.webhook_delivery_retention
+            report.webhook_deliveries += await self._batches(webhooks.prune, cutoff)
         async with transaction(self.pool) as conn:
             await workers.record_maintenance(conn, name="janitor", report=report.as_log())
         return report
@@ -95,7 +101,7 @@ class Janitor:
         async for _ in ticks(self.settings.janitor_interval, stop, jitter=0.1):
             try:
                 report = await self.prune_once()
-            except DB_ERRORS as exc:
+            except DatabaseError as exc:
                 log.warning("janitor.failed", error=str(exc))
                 continue
             if any(report.as_log().values()):

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from agentd import __about__, logs
 from agentd.db import pool as dbpool
 from agentd.engine.ticks import Signal, ticks
+from agentd.errors import DatabaseError
 from agentd.settings import Settings
 from agentd.store import loops, tool_calls, workers
 
@@ -211,48 +212,50 @@ class LeaseRenewer:
                 self._lose(lease, "leak_ceiling")
         started = time.monotonic()
         try:
-            if self._conn is None or self._conn.is_closed():
-                await self.connect()
-            assert self._conn is not None
-            # The dicts are keyed by loop id / tool call id: keys and values stay aligned.
-            llm_ids, llm = list(self._llm), list(self._llm.values())
-            ids, tools = list(self._tools), list(self._tools.values())
-            # A lease skipped now must still have time left at the next tick.
-            within = 2 * self.settings.heartbeat_interval
-            if llm:
-                kept = await loops.renew_leases(
-                    self._conn,
-                    ids=llm_ids,
-                    tokens=[x.token for x in llm],
-                    renew_within=within,
-                )
-                for lease, loop_id in zip(llm, llm_ids, strict=True):
-                    if loop_id in kept:
-                        lease.trusted_until = self._trust(started, lease, kept[loop_id])
-                    else:
-                        self._lose(lease, "token_rotated")
-            if tools:
-                kept_t = await tool_calls.renew_leases(
-                    self._conn,
-                    ids=ids,
-                    tokens=[x.token for x in tools],
-                    seconds=[x.seconds for x in tools],
-                    renew_within=within,
-                )
-                for lease, tid in zip(tools, ids, strict=True):
-                    if tid in kept_t:
-                        lease.trusted_until = self._trust(started, lease, kept_t[tid])
-                    else:
-                        self._lose(lease, "tool_lease_revoked")
-            alive = await workers.heartbeat(self._conn, worker_id=self.worker_id)
-            if not alive:
-                # Declared dead (e.g. a long stall): re-register; our work was reclaimed and
-                # every fence will reject this process's stale writes.
-                await self._register()
-            self.renewal_count += 1
-            self.last_ok = time.monotonic()
-            self.renewed.fire()
-        except dbpool.DB_ERRORS as exc:
+            # a dedicated connection, outside db.pool.connection(): translate here too
+            with dbpool.translate_pg_errors():
+                if self._conn is None or self._conn.is_closed():
+                    await self.connect()
+                assert self._conn is not None
+                # The dicts are keyed by loop id / tool call id: keys and values stay aligned.
+                llm_ids, llm = list(self._llm), list(self._llm.values())
+                ids, tools = list(self._tools), list(self._tools.values())
+                # A lease skipped now must still have time left at the next tick.
+                within = 2 * self.settings.heartbeat_interval
+                if llm:
+                    kept = await loops.renew_leases(
+                        self._conn,
+                        ids=llm_ids,
+                        tokens=[x.token for x in llm],
+                        renew_within=within,
+                    )
+                    for lease, loop_id in zip(llm, llm_ids, strict=True):
+                        if loop_id in kept:
+                            lease.trusted_until = self._trust(started, lease, kept[loop_id])
+                        else:
+                            self._lose(lease, "token_rotated")
+                if tools:
+                    kept_t = await tool_calls.renew_leases(
+                        self._conn,
+                        ids=ids,
+                        tokens=[x.token for x in tools],
+                        seconds=[x.seconds for x in tools],
+                        renew_within=within,
+                    )
+                    for lease, tid in zip(tools, ids, strict=True):
+                        if tid in kept_t:
+                            lease.trusted_until = self._trust(started, lease, kept_t[tid])
+                        else:
+                            self._lose(lease, "tool_lease_revoked")
+                alive = await workers.heartbeat(self._conn, worker_id=self.worker_id)
+                if not alive:
+                    # Declared dead (e.g. a long stall): re-register; our work was reclaimed and
+                    # every fence will reject this process's stale writes.
+                    await self._register()
+                self.renewal_count += 1
+                self.last_ok = time.monotonic()
+                self.renewed.fire()
+        except DatabaseError as exc:
             log.warning("lease_renewer.failed", error=str(exc))
             await self._close(deregister=False)
             now = time.monotonic()

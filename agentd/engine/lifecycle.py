@@ -20,7 +20,6 @@ from typing import Any
 
 from agentd.db.pool import Connection, Pool, transaction
 from agentd.engine import approval_edits, dispatch, forks, inputs, loop_limits
-from agentd.engine.states import ACTIVE, RESUMABLE, LoopStatus, TransitionReason
 from agentd.errors import (
     AlreadyDecided,
     BadRequest,
@@ -30,6 +29,14 @@ from agentd.errors import (
 )
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
+from agentd.states import (
+    ACTIVE,
+    RESUMABLE,
+    ApprovalStatus,
+    InputStatus,
+    LoopStatus,
+    TransitionReason,
+)
 from agentd.store import events, jobs, loops, mcp, messages, tool_calls
 from agentd.store.models import Loop, NewEvent, ToolCall
 
@@ -132,8 +139,8 @@ class Lifecycle:
                 conn,
                 loop_id=loop.id,
                 execution_token=loop.execution_token,
-                from_statuses=["waiting"],
-                status="running",
+                from_statuses=[LoopStatus.WAITING],
+                status=LoopStatus.RUNNING,
                 reason=reason,
                 new_token=loop.execution_token,
             )
@@ -349,7 +356,7 @@ class Lifecycle:
             await self._locked(conn, loop_id)
             row = await loops.set_flags(conn, loop_id=loop_id, frozen=True)
             assert row is not None
-            await self._record(conn, row, "loop.frozen", "frozen_by_user")
+            await self._record(conn, row, "loop.frozen", TransitionReason.FROZEN_BY_USER)
             return row
 
     async def unfreeze(self, loop_id: uuid.UUID) -> Loop:
@@ -390,7 +397,7 @@ class Lifecycle:
         against the tool's input schema (docs/approvals.md). Approving again with other
         arguments than the ones that were approved is AlreadyDecided.
         """
-        wanted = "approved" if approve else "denied"
+        wanted = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
         if arguments is not None and not approve:
             raise BadRequest("arguments can only be given when approving")
         async with transaction(self.pool) as conn:
@@ -407,7 +414,7 @@ class Lifecycle:
                         approval_status=tc.approval_status,
                     )
                 return tc
-            if tc.approval_status != "pending":
+            if tc.approval_status != ApprovalStatus.PENDING:
                 state = tc.approval_status or (
                     "not awaiting a decision" if tc.executed_at is None else "already run"
                 )
@@ -475,11 +482,11 @@ class Lifecycle:
             loop = await self._locked(conn, peek.loop_id)  # loop first: the engine's lock order
             tc = await tool_calls.get_for_update(conn, tool_call_id=tool_call_id)
             assert tc is not None
-            if tc.input_status == "pending" and tc.response_message_id is None:
+            if tc.input_status == InputStatus.PENDING and tc.response_message_id is None:
                 response = inputs.build_response(
                     tc.input_request, action=action, content=content, responses=responses
                 )
-            elif tc.input_status == "answered" and tc.input_response is not None:
+            elif tc.input_status == InputStatus.ANSWERED and tc.input_response is not None:
                 response = inputs.build_response(
                     tc.input_request, action=action, content=content, responses=responses
                 )
@@ -540,7 +547,9 @@ def _decision_log(reason: str | None, call: ToolCall) -> str | None:
 
 def _awaiting_person(call: ToolCall) -> bool:
     """A parked call: only a person's decision or answer makes it runnable again."""
-    return call.approval_status == "pending" or call.input_status == "pending"
+    return (
+        call.approval_status == ApprovalStatus.PENDING or call.input_status == InputStatus.PENDING
+    )
 
 
 def _concurrency(cls: Any, key: str | None, limit: int | None) -> tuple[str | None, int | None]:

@@ -32,6 +32,7 @@ from agentd.engine import deferral
 from agentd.errors import LLMError, LLMStatusError
 from agentd.llm.types import LLMRequest, Provider, Usage
 from agentd.pipeline.wire import llm_events
+from agentd.states import TransitionReason
 from agentd.store import providers
 from agentd.store.models import NewEvent
 
@@ -141,7 +142,7 @@ class Gate:
                     until = await providers.blocked_until(conn, provider_id=self.key.id)
             if until is None:
                 return True
-            await self._defer(until, "provider_backoff")
+            await self._defer(until, TransitionReason.PROVIDER_BACKOFF)
             return False
         assert ctx.request is not None
         lim = self.limits
@@ -208,7 +209,7 @@ class Gate:
         await self.settle(None, tokens=0)  # the provider refused it: it cost no tokens
         wire = llm_events(getattr(exc, "exchanges", None) or [], loop_id=self.ctx.loop.id)
         exc.exchanges = []  # type: ignore[attr-defined]  # recorded here, once
-        await self._defer(self.blocked_until, "provider_backoff", wire=wire)
+        await self._defer(self.blocked_until, TransitionReason.PROVIDER_BACKOFF, wire=wire)
         return True
 
     async def settle(self, usage: Usage | None, *, tokens: int | None = None) -> None:
@@ -226,7 +227,7 @@ class Gate:
     ) -> None:
         ctx = self.ctx
         notes: list[NewEvent] = []
-        if wire or reason == "provider_backoff":
+        if wire or reason == TransitionReason.PROVIDER_BACKOFF:
             # Throttling is worth a line in the transcript; a turn waiting its turn under
             # max_concurrency (retried every second) is not.
             notes = [

@@ -17,8 +17,8 @@ import uuid
 from typing import Any
 
 from agentd.db.pool import Pool, transaction
-from agentd.engine.states import LoopStatus
 from agentd.errors import InputInvalid, InvalidTransition, LoopNotFound, PreconditionFailed
+from agentd.states import LoopStatus
 from agentd.store import events, loops
 from agentd.store.models import Loop, NewEvent
 

@@ -25,11 +25,11 @@ from typing import Any
 from uuid import UUID
 
 from agentd import logs, redact
-from agentd.agent import LoopView
-from agentd.db.pool import DB_ERRORS, Pool, transaction
+from agentd.agent import LoopView, agent_mcp_configs
+from agentd.db.pool import Pool, transaction
 from agentd.engine.ticks import Signal, ticks
+from agentd.errors import DatabaseError
 from agentd.mcp.client import McpClient
-from agentd.pipeline.llm.tool_discovery import agent_mcp_configs
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
 from agentd.store import mcp
@@ -132,7 +132,7 @@ class McpSessionEnder:
         async for _ in ticks(self.settings.reaper_interval, stop, jitter=0.1):
             try:
                 report = await self.end_once()
-            except DB_ERRORS as exc:
+            except DatabaseError as exc:
                 log.warning("mcp.session_end_sweep_failed", error=str(exc))
                 continue
             if report.claimed:

@@ -25,10 +25,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from agentd import logs
-from agentd.db.pool import DB_ERRORS, Pool, transaction
-from agentd.engine.states import TransitionReason
+from agentd.db.pool import Pool, transaction
 from agentd.engine.ticks import Signal, ticks
+from agentd.errors import DatabaseError
 from agentd.settings import Settings
+from agentd.states import JobQueue, TransitionReason
 from agentd.store import events, jobs, loops, messages, tool_calls, workers
 from agentd.store.models import NewEvent
 
@@ -72,7 +73,7 @@ class Reaper:
             dead = await workers.list_dead(conn, stale_seconds=self._stale_after())
             expired = await loops.reap_expired(conn, dead_workers=dead, limit=BATCH)
             for row in expired:
-                if row["status_reason"] == "reaped_worker_dead":
+                if row["status_reason"] == TransitionReason.REAPED_WORKER_DEAD:
                     report.dead_worker_turns += 1
                 else:
                     report.expired_turns += 1
@@ -90,9 +91,9 @@ class Reaper:
                 await workers.delete_many(conn, ids=dead)
                 report.dead_workers = len(dead)
             if expired:
-                await jobs.notify(conn, queue="llm")
+                await jobs.notify(conn, queue=JobQueue.LLM)
             if stalled:
-                await jobs.notify(conn, queue="tool")
+                await jobs.notify(conn, queue=JobQueue.TOOL)
         self._add(report)
         return report
 
@@ -106,9 +107,9 @@ class Reaper:
             report.orphaned_shells = await messages.reap_orphans(conn, grace=GRACE)
             report.expired_approvals = len(await tool_calls.expire_approvals(conn, limit=BATCH))
             if report.dropped_continuations or report.requeued_loops:
-                await jobs.notify(conn, queue="llm")
+                await jobs.notify(conn, queue=JobQueue.LLM)
             if report.expired_approvals:
-                await jobs.notify(conn, queue="tool")
+                await jobs.notify(conn, queue=JobQueue.TOOL)
             await workers.record_maintenance(conn, name="reaper", report=report.as_log())
         self._add(report, skip_liveness=True)
         return report
@@ -134,7 +135,7 @@ class Reaper:
         async for _ in ticks(self.settings.liveness_interval, stop, jitter=0.2):
             try:
                 report = await self.liveness_once()
-            except DB_ERRORS as exc:
+            except DatabaseError as exc:
                 log.warning("reaper.liveness_failed", error=str(exc))
                 continue
             if report:
@@ -145,7 +146,7 @@ class Reaper:
         async for _ in ticks(self.settings.reaper_interval, stop, jitter=0.1):
             try:
                 report = await self.sweep_once()
-            except DB_ERRORS as exc:
+            except DatabaseError as exc:
                 log.warning("reaper.sweep_failed", error=str(exc))
                 continue
             if report:

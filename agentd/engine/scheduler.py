@@ -23,10 +23,10 @@ from cronsim import CronSim, CronSimError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentd import logs
-from agentd.db.pool import DB_ERRORS, Pool, transaction
+from agentd.db.pool import Pool, transaction
 from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.ticks import Signal, ticks
-from agentd.errors import AgentdError, ConfigError
+from agentd.errors import AgentdError, ConfigError, DatabaseError
 from agentd.settings import Settings
 from agentd.store import events, schedules
 from agentd.store.models import NewEvent
@@ -227,7 +227,7 @@ class Scheduler:
         async for _ in ticks(self.settings.scheduler_interval, stop, jitter=0.1):
             try:
                 report = await self.tick_once()
-            except DB_ERRORS as exc:
+            except DatabaseError as exc:
                 log.warning("scheduler.tick_failed", error=str(exc))
                 continue
             if report:

@@ -21,8 +21,9 @@ import uuid
 from dataclasses import dataclass, field
 
 from agentd import logs
-from agentd.db.pool import DB_ERRORS, Pool, transaction
+from agentd.db.pool import Pool, transaction
 from agentd.engine.ticks import ticks
+from agentd.errors import DatabaseError
 from agentd.store import events, messages
 
 log = logs.get("agentd.stream_flusher")
@@ -67,7 +68,7 @@ class StreamFlusher:
         try:
             async with transaction(self.pool) as conn:
                 await events.publish_many(conn, [_delta(shell_id, shell)])
-        except DB_ERRORS as exc:
+        except DatabaseError as exc:
             log.warning("stream_flusher.failed", error=str(exc))
 
     def discard(self, shell_id: int) -> None:
@@ -103,7 +104,7 @@ class StreamFlusher:
         async for _ in ticks(self.interval, stop, jitter=0.0):
             try:
                 await self.flush_once()
-            except DB_ERRORS as exc:
+            except DatabaseError as exc:
                 log.warning("stream_flusher.failed", error=str(exc))
 
 

@@ -36,6 +36,7 @@ from agentd.db.pool import Pool, connection, transaction
 from agentd.engine.ticks import Signal
 from agentd.errors import ConfigError
 from agentd.settings import Settings, WebhookConfig
+from agentd.states import WebhookAttempt
 from agentd.store import webhooks
 from agentd.store.webhooks import Delivery
 
@@ -175,7 +176,7 @@ class WebhookDeliverer:
         self.attempted.fire()
         return report
 
-    async def _attempt(self, d: Delivery, token: uuid.UUID) -> str:
+    async def _attempt(self, d: Delivery, token: uuid.UUID) -> WebhookAttempt:
         target = self.targets[d.endpoint_id]
         config = target.config
         # Scrubbed like events (an error message can echo a provider's key); signed as sent.
@@ -208,9 +209,9 @@ class WebhookDeliverer:
         row = await asyncio.shield(self._finish(d, token, delivered, status, error, retry))
         if row is None:
             log.info("webhooks.fence_lost", delivery=d.id)
-            return "fence_lost"
+            return WebhookAttempt.FENCE_LOST
         if delivered:
-            return "delivered"
+            return WebhookAttempt.DELIVERED
         log.warning(
             "webhooks.attempt_failed",
             delivery=d.id,
@@ -219,7 +220,7 @@ class WebhookDeliverer:
             error=redact.text(error or ""),
             retry_in=retry,
         )
-        return "retried" if retry is not None else "failed"
+        return WebhookAttempt.RETRIED if retry is not None else WebhookAttempt.FAILED
 
     async def _finish(
         self,

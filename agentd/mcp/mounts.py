@@ -1,9 +1,10 @@
-"""MCP server mounts: toolsets served to external MCP clients at `/mcp/<name>`.
+"""MCP server mounts: which toolsets are served to external MCP clients at `/mcp/<name>`.
 
 Mounts come from the entry-point group `agentd.mcp_servers` (entry name = path segment;
 the value is an `McpMount`, or a zero-argument callable returning one) and from
 `[mcp_servers.NAME]` tables of the config file. A mount cannot be built without an
 authorizer: there is no anonymous mode unless the authorizer itself says so.
+This module only defines and loads them; `agentd.api.mcp_server` serves them over HTTP.
 """
 
 from __future__ import annotations
@@ -16,14 +17,9 @@ import os
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentd.errors import ConfigError
-
-if TYPE_CHECKING:
-    from fastapi import FastAPI
-
-    from agentd.api.state import AppState
 
 #: `(token, request) -> principal | None` (sync or async); None answers 401.
 Authorizer = Callable[[str | None, Any], Any | Awaitable[Any]]
@@ -90,7 +86,7 @@ def load_mounts(settings: Any) -> dict[str, McpMount]:
     """Every mount by name: entry points first, then `[mcp_servers.*]`; duplicates fail."""
     found: dict[str, McpMount] = {}
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        _check_name(ep.name, f"entry point {ep.value}")
+        check_name(ep.name, f"entry point {ep.value}")
         try:
             value = ep.load()
         except Exception as exc:
@@ -109,7 +105,7 @@ def load_mounts(settings: Any) -> dict[str, McpMount]:
 
 def mount_from_table(name: str, table: dict[str, Any]) -> McpMount:
     """Build a mount from one `[mcp_servers.NAME]` table."""
-    _check_name(name, "[mcp_servers] table")
+    check_name(name, "[mcp_servers] table")
     unknown = sorted(set(table) - TOML_KEYS)
     if unknown:
         raise ConfigError(f"[mcp_servers.{name}]: unknown key {unknown[0]!r}")
@@ -135,66 +131,7 @@ def mount_from_table(name: str, table: dict[str, Any]) -> McpMount:
     )
 
 
-def mount_all(app: FastAPI, state: AppState) -> dict[str, McpMount]:
-    """Mount every configured MCP server on `app` at `/mcp/<name>`; returns them by name."""
-    from agentd.mcp.server import McpEndpoint
-
-    mounted = load_mounts(state.settings)
-    for name, mount in mounted.items():
-        mount_one(app, name, mount, state, endpoint_cls=McpEndpoint)
-    return mounted
-
-
-def mount_one(
-    app: Any, name: str, mount: McpMount, state: Any, *, endpoint_cls: Any = None
-) -> None:
-    """Route `/mcp/<name>` (with or without a trailing slash, no redirect) to the endpoint."""
-    if endpoint_cls is None:
-        from agentd.mcp.server import McpEndpoint as endpoint_cls
-    _check_name(name, "mount")
-    endpoint = endpoint_cls(name, mount, state)
-    for path in (f"/mcp/{name}", f"/mcp/{name}/"):
-        # An ASGI app as a Route endpoint receives every HTTP method; it answers 405 itself.
-        app.add_route(path, endpoint, methods=None, include_in_schema=False)
-    # RFC 9728 metadata at the path-inserted well-known URI of `/mcp/<name>`.
-    app.add_route(
-        f"{PROTECTED_RESOURCE_PATH}/mcp/{name}",
-        protected_resource_metadata(name),
-        methods=["GET"],
-        include_in_schema=False,
-    )
-
-
-PROTECTED_RESOURCE_PATH = "/.well-known/oauth-protected-resource"
-
-
-def protected_resource_metadata(name: str) -> Callable[[Any], Awaitable[Any]]:
-    """OAuth protected-resource metadata (RFC 9728) saying: send a bearer token in the
-    `Authorization` header; there is no authorization server to get one from (tokens are
-    issued out of band, see docs/mcp-server.md). OAuth-capable clients (the MCP inspector)
-    read this instead of guessing an authorization server at the origin."""
-    from starlette.responses import JSONResponse
-
-    async def metadata(request: Any) -> Any:
-        origin = f"{request.url.scheme}://{request.url.netloc}"
-        return JSONResponse(
-            {
-                "resource": f"{origin}/mcp/{name}",
-                "resource_name": f"agentd MCP server {name}",
-                "bearer_methods_supported": ["header"],
-            },
-            headers={"Cache-Control": "public, max-age=3600"},
-        )
-
-    return metadata
-
-
-def resource_metadata_url(request: Any, name: str) -> str:
-    """Where a 401 points OAuth clients (`WWW-Authenticate: Bearer resource_metadata=...`)."""
-    return f"{request.url.scheme}://{request.url.netloc}{PROTECTED_RESOURCE_PATH}/mcp/{name}"
-
-
-def _check_name(name: str, where: str) -> None:
+def check_name(name: str, where: str) -> None:
     if not _NAME.fullmatch(name):
         raise ConfigError(f"MCP mount name {name!r} ({where}) must be a URL path segment")
 

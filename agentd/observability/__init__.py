@@ -1,1 +1,2 @@
-"""Metrics, traces and log context for one agentd process (see docs/observability.md)."""
+"""Metrics and traces for one agentd process (see docs/observability.md); the log context
+and span of one job are `agentd.engine.scopes`."""

@@ -12,39 +12,44 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from agentd.engine.context import ToolContext, TurnContext
-    from agentd.llm.types import Usage, WireExchange
+    from agentd.llm.types import LLMRequest, Usage, WireExchange
+    from agentd.states import ToolCallOutcome, TurnOutcome
 
-#: Turn outcomes. completed: the model finished the loop; tool_calls: it asked for tools;
-#: failed / paused: the loop was settled so; fence_lost: another generation owned the turn;
-#: lease_lost: the renewer cancelled it; cancelled: pause/stop/shutdown;
-#: db_unavailable: the database went away mid-turn (the reaper re-runs it).
-TURN_OUTCOMES = (
-    "completed", "tool_calls", "failed", "paused", "fence_lost", "lease_lost", "cancelled",
-    "db_unavailable",
-)  # fmt: skip
-#: Tool call outcomes. completed / error: a result was checkpointed (error: one the model
-#: sees, such as MCP isError or a timeout); awaiting_approval / awaiting_input: held for a
-#: person; awaiting_task: an MCP task polled later, no worker held; the rest
-#: as for turns.
-TOOL_OUTCOMES = (
-    "completed", "error", "awaiting_approval", "awaiting_input", "awaiting_task", "failed",
-    "fence_lost", "lease_lost", "cancelled", "db_unavailable",
-)  # fmt: skip
+
+# A pipeline context (agentd.engine.context), as far as metrics read it: the engine holds
+# a Telemetry, so this module names what it reads instead of importing the contexts.
+class Noted(Protocol):
+    """A turn's or tool call's context: its outcome is noted in `metadata`."""
+
+    @property
+    def metadata(self) -> dict[str, Any]: ...
+
+
+class TurnNoted(Noted, Protocol):
+    """A turn's context: its request (None before one is built) and its agent."""
+
+    @property
+    def request(self) -> LLMRequest | None: ...
+
+    @property
+    def agent(self) -> object: ...
+
+
+# Outcome labels are agentd.states.TurnOutcome and ToolCallOutcome (bounded by those enums).
 
 _TURN_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 _TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)
 _TOOL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600)
 
 
-def model_of(ctx: TurnContext) -> str:
+def model_of(ctx: TurnNoted) -> str:
     if ctx.request is not None:
         return ctx.request.provider.model or "unknown"
     return str(getattr(ctx.agent, "model", "") or "unknown")
@@ -135,16 +140,16 @@ class Telemetry:
 
     # --- pipelines note outcomes (first one wins); the worker's scope records them -------
 
-    def turn_outcome(self, ctx: TurnContext, outcome: str) -> None:
+    def turn_outcome(self, ctx: Noted, outcome: TurnOutcome) -> None:
         ctx.metadata.setdefault("outcome", outcome)
 
-    def tool_call_outcome(self, ctx: ToolContext, outcome: str) -> None:
+    def tool_call_outcome(self, ctx: Noted, outcome: ToolCallOutcome) -> None:
         ctx.metadata.setdefault("outcome", outcome)
 
     def mcp_client_error(self, *, server: str, code: int) -> None:
         self.mcp_client_errors.labels(server=server, code=str(code)).inc()
 
-    def llm_attempts(self, ctx: TurnContext, exchanges: Iterable[WireExchange]) -> None:
+    def llm_attempts(self, ctx: TurnNoted, exchanges: Iterable[WireExchange]) -> None:
         model = model_of(ctx)
         for ex in exchanges:
             self.requests.labels(model=model, status=_status_of(ex)).inc()
@@ -155,7 +160,7 @@ class Telemetry:
         """A committed turn's cost (a float here: metrics are not the ledger, loops.cost is)."""
         self.cost.labels(agent=agent, model=model or "unknown").inc(float(cost))
 
-    # --- recorded once per job, by agentd.observability.scopes ---------------------------
+    # --- recorded once per job, by agentd.engine.scopes ----------------------------------
 
     def turn_finished(
         self,

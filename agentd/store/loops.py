@@ -17,6 +17,7 @@ from typing import Any
 from uuid import UUID
 
 from agentd.db.pool import Connection
+from agentd.states import LoopStatus
 from agentd.store import events
 from agentd.store.models import Loop, NewEvent, ToolCall
 from agentd.store.queries import sql
@@ -74,7 +75,7 @@ async def set_status(
     conn: Connection,
     *,
     loop_id: UUID,
-    status: str,
+    status: LoopStatus,
     execution_token: UUID | None,
     reason: str | None,
     error_message: str | None = None,
@@ -94,21 +95,6 @@ async def set_flags(
 async def merge_state(conn: Connection, *, loop_id: UUID, patch: dict[str, Any]) -> Loop | None:
     """Merge `patch` into the loop's state (top-level keys replaced)."""
     return _loop(await conn.fetchrow(sql("loop_merge_state"), loop_id, patch))
-
-
-async def finalize_turn(
-    conn: Connection,
-    *,
-    loop_id: UUID,
-    execution_token: UUID,
-    completed: bool,
-    tokens: tuple[int, int, int],
-    estimated: bool = False,
-) -> Loop | None:
-    rec = await conn.fetchrow(
-        sql("loop_finalize_turn"), loop_id, execution_token, completed, *tokens, estimated
-    )
-    return _loop(rec)
 
 
 @dataclass(frozen=True)
@@ -244,8 +230,8 @@ async def fenced_transition(
     *,
     loop_id: UUID,
     execution_token: UUID,
-    from_statuses: list[str],
-    status: str,
+    from_statuses: list[LoopStatus],
+    status: LoopStatus,
     reason: str,
     error_message: str | None = None,
     new_token: UUID | None = None,

@@ -82,36 +82,6 @@ async def update_partial(
     )
 
 
-async def promote_shell(
-    conn: Connection,
-    *,
-    message_id: int,
-    content: str,
-    reasoning: str | None,
-    metadata: dict[str, Any],
-    tokens: tuple[int | None, int | None, int | None],
-    ttft: float | None,
-    duration: float | None,
-    finish_reason: str | None,
-    step: int,
-    tokens_estimated: bool = False,
-) -> Message | None:
-    rec = await conn.fetchrow(
-        sql("message_promote_shell"),
-        message_id,
-        content,
-        reasoning,
-        metadata,
-        *tokens,
-        ttft,
-        duration,
-        finish_reason,
-        step,
-        tokens_estimated,
-    )
-    return Message.from_record(rec) if rec else None
-
-
 async def fail_shells(conn: Connection, *, loop_id: UUID) -> None:
     await conn.execute(sql("message_fail_shells"), loop_id)
 

@@ -176,16 +176,6 @@ async def finish(
     )
 
 
-async def mark_responded(
-    conn: Connection, *, tool_call_id: int, response_message_id: int, lease_token: UUID
-) -> ToolCall | None:
-    return _tc(
-        await conn.fetchrow(
-            sql("tool_call_mark_responded"), tool_call_id, response_message_id, lease_token
-        )
-    )
-
-
 async def park(
     conn: Connection, *, tool_call_id: int, lease_token: UUID, deadline: datetime | None
 ) -> ToolCall | None:

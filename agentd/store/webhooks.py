@@ -6,7 +6,8 @@ worker's liveness); `finish` writes only under the lease it was claimed with.
 Tolerates: any number of deliverers; a deliverer killed mid-attempt (its lease is free as
 soon as its heartbeat backend is gone, or when the lease expires).
 Never: stores a secret (only the name of its environment variable).
-Called by: engine.webhooks (sync, claim, finish), the admin UI and the API (list, resend).
+Called by: engine.webhooks (sync, claim, finish), the admin UI and the API (list, resend),
+engine.janitor (prune).
 """
 
 from __future__ import annotations
@@ -141,3 +142,8 @@ async def list_(
         sql("webhook_delivery_list"), status, before_id if before_id else 2**63 - 1, limit
     )
     return [Delivery.from_record(r) for r in rows]
+
+
+async def prune(conn: Connection, *, cutoff: datetime, batch: int) -> int:
+    """Delete one batch of finished deliveries last touched before `cutoff`."""
+    return int(await conn.fetchval(sql("webhook_delivery_prune"), cutoff, batch))

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from agentd.db.pool import Connection
+from agentd.states import TERMINAL, ApprovalStatus, JobQueue, LoopStatus, ToolCallStatus
 from agentd.store import jobs, loops, mcp, messages, tool_calls
 from agentd.store.models import Loop, Message, ToolCall
 
@@ -80,7 +81,7 @@ async def loop(
     conn: Connection,
     *,
     agent: str = "calc",
-    status: str = "running",
+    status: str = LoopStatus.RUNNING,
     state: dict[str, Any] | None = None,
     execution_token: uuid.UUID | None = None,
     lease_in: float | None = None,
@@ -107,9 +108,7 @@ async def loop(
         {
             "status": status,
             "status_reason": status_reason,
-            "execution_token": None
-            if status in ("completed", "failed", "paused", "stopped")
-            else token,
+            "execution_token": None if status in (*TERMINAL, LoopStatus.PAUSED) else token,
             "lease_expires_at": await _at(conn, lease_in),
             "lease_seconds": lease_seconds,
             "worker_id": worker_id,
@@ -183,7 +182,7 @@ async def tool_call(
     name: str = "add",
     arguments: dict[str, Any] | None = None,
     position: int | None = None,
-    status: str = "pending",
+    status: str = ToolCallStatus.PENDING,
     result: str | None = None,
     executed: bool = False,
     is_success: bool = True,
@@ -234,7 +233,7 @@ async def tool_call(
     }
     if executed or responded:
         values.update(
-            status="completed" if is_success else "failed",
+            status=ToolCallStatus.COMPLETED if is_success else ToolCallStatus.FAILED,
             result=result if result is not None else "3",
             is_success=is_success,
             executed_at=await db_now(conn),
@@ -244,7 +243,9 @@ async def tool_call(
             approval_required=True,
             approval_status=approval_status,
             approval_deadline=await _at(conn, approval_deadline_in),
-            status="waiting" if approval_status == "pending" else values["status"],
+            status=ToolCallStatus.WAITING
+            if approval_status == ApprovalStatus.PENDING
+            else values["status"],
         )
     forced = ToolCall.from_record(
         await _force(conn, "tool_calls", _TOOL_CALL_COLUMNS, row.id, values)
@@ -291,7 +292,7 @@ async def job(
     """A job row: an LLM turn, or (with `tool_call_id`) a tool call."""
     return await jobs.enqueue(
         conn,
-        queue="tool" if tool_call_id is not None else "llm",
+        queue=JobQueue.TOOL if tool_call_id is not None else JobQueue.LLM,
         kind="tool_call" if tool_call_id is not None else "llm_turn",
         loop_id=loop_id,
         generation=generation,

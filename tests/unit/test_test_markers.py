@@ -26,7 +26,13 @@ def test_default_run_deselects_slow_and_ci_runs_slow_explicitly() -> None:
     assert args[args.index("-m") + 1] == "not slow"
     ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
     runs = [ln for ln in ci if ln.startswith("pytest")]
-    assert runs[0].startswith("pytest ||") and "-m slow" in runs[1], runs
+    # CI's first run is exactly the README's test command (its pytest part)
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Run the tests") :]
+    command = section[section.index("```bash\n") + 8 :].splitlines()[0]
+    readme_pytest = command[command.index("pytest") :]
+    assert readme_pytest.startswith("pytest -n "), command  # in parallel: the 5-minute budget
+    assert runs[0] == f"{readme_pytest} || status=$?" and "-m slow" in runs[1], runs
     assert 'exit "$status"' in ci
 
 

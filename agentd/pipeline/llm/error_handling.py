@@ -12,25 +12,22 @@ from __future__ import annotations
 import asyncio
 
 from agentd import logs
-from agentd.db.pool import (
-    lost_connection,
-    refused_write,
-    schema_changed,
-    transaction,
-    until_reachable,
-)
+from agentd.db.pool import refused_write, transaction, until_reachable
 from agentd.engine.context import TurnContext
-from agentd.engine.states import TransitionReason
 from agentd.errors import (
     AgentdError,
     CostBudgetExceeded,
+    DatabaseError,
+    DatabaseUnavailable,
     FenceLost,
     LimitExceeded,
     MaxDurationExceeded,
+    SchemaChanged,
     TokenBudgetExceeded,
 )
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.wire import llm_events
+from agentd.states import LoopStatus, TransitionReason, TurnOutcome
 from agentd.store import events, jobs, loops, messages
 from agentd.store.models import NewEvent
 
@@ -45,7 +42,7 @@ class ErrorHandling:
         try:
             await self.app(ctx)
         except FenceLost:
-            ctx.runtime.telemetry.turn_outcome(ctx, "fence_lost")
+            ctx.runtime.telemetry.turn_outcome(ctx, TurnOutcome.FENCE_LOST)
             log.info("turn.fence_lost", loop_id=str(ctx.loop.id))
         except asyncio.CancelledError:
             raise
@@ -59,33 +56,34 @@ class ErrorHandling:
                 if isinstance(exc, CostBudgetExceeded)
                 else TransitionReason.MAX_STEPS
             )
-            await self._settle(ctx, "paused", reason, exc.message, exc)
+            await self._settle(ctx, LoopStatus.PAUSED, reason, exc.message, exc)
         except Exception as exc:
-            if lost_connection(exc):
-                # A database blip is not the model's failure: leave the turn to its lease.
-                ctx.runtime.telemetry.turn_outcome(ctx, "db_unavailable")
-                log.warning("turn.db_connection_lost", loop_id=str(ctx.loop.id), error=repr(exc))
-                return
-            if schema_changed(exc):
+            if isinstance(exc, SchemaChanged):
                 # A migration outdated a cached statement mid-transaction: nothing was
                 # written, and the pool's cache is already dropped. Run the turn again now.
-                ctx.runtime.telemetry.turn_outcome(ctx, "retried")
+                ctx.runtime.telemetry.turn_outcome(ctx, TurnOutcome.RETRIED)
                 log.info("turn.schema_changed", loop_id=str(ctx.loop.id), error=repr(exc))
                 await self._give_back(ctx)
                 return
-            message = (
-                exc.message
-                if isinstance(exc, AgentdError)
+            if isinstance(exc, DatabaseUnavailable):
+                # A database blip is not the model's failure: leave the turn to its lease.
+                ctx.runtime.telemetry.turn_outcome(ctx, TurnOutcome.DB_UNAVAILABLE)
+                log.warning("turn.db_connection_lost", loop_id=str(ctx.loop.id), error=repr(exc))
+                return
+            # A statement the database refused is a bug, like an exception that is not ours.
+            if isinstance(exc, AgentdError) and not isinstance(exc, DatabaseError):
+                unexpected = False
+                message = exc.message
+            else:
+                unexpected = True
                 # the driver's wording (and the text it quotes) is for the log, not for users
-                else refused_write(exc) or f"{type(exc).__name__}: {exc}"
-            )
-            log.warning(
-                "turn.failed",
-                loop_id=str(ctx.loop.id),
-                error=message,
-                exc_info=not isinstance(exc, AgentdError),
-            )
-            await self._settle(ctx, "failed", TransitionReason.TURN_FAILED, message, exc)
+                message = refused_write(exc) or (
+                    f"{exc.driver}: {exc.message}"
+                    if isinstance(exc, DatabaseError)
+                    else f"{type(exc).__name__}: {exc}"
+                )
+            log.warning("turn.failed", loop_id=str(ctx.loop.id), error=message, exc_info=unexpected)
+            await self._settle(ctx, LoopStatus.FAILED, TransitionReason.TURN_FAILED, message, exc)
 
     async def _give_back(self, ctx: TurnContext) -> None:
         async def release() -> None:
@@ -98,7 +96,12 @@ class ErrorHandling:
             log.info("turn.give_back_failed", loop_id=str(ctx.loop.id), error=repr(error))
 
     async def _settle(
-        self, ctx: TurnContext, status: str, reason: str, message: str, exc: BaseException
+        self,
+        ctx: TurnContext,
+        status: LoopStatus,
+        reason: TransitionReason,
+        message: str,
+        exc: BaseException,
     ) -> None:
         wire = llm_events(getattr(exc, "exchanges", None) or [], loop_id=ctx.loop.id)
         async with transaction(ctx.runtime.pool) as conn:
@@ -106,13 +109,13 @@ class ErrorHandling:
                 conn,
                 loop_id=ctx.loop.id,
                 execution_token=ctx.execution_token,
-                from_statuses=["running"],
+                from_statuses=[LoopStatus.RUNNING],
                 status=status,
                 reason=reason,
                 error_message=message,
             )
             if row is None:
-                ctx.runtime.telemetry.turn_outcome(ctx, "fence_lost")
+                ctx.runtime.telemetry.turn_outcome(ctx, TurnOutcome.FENCE_LOST)
                 log.info("turn.fence_lost", loop_id=str(ctx.loop.id), while_="failing")
                 return
             await messages.fail_shells(conn, loop_id=ctx.loop.id)
@@ -139,4 +142,4 @@ class ErrorHandling:
             )
         ctx.events_flushed = True
         ctx.finished = True
-        ctx.runtime.telemetry.turn_outcome(ctx, status)
+        ctx.runtime.telemetry.turn_outcome(ctx, TurnOutcome(status))

@@ -21,6 +21,7 @@ from agentd.engine.context import TurnContext
 from agentd.errors import FenceLost
 from agentd.observability import tracing
 from agentd.pipeline.builder import Handler
+from agentd.states import TurnOutcome
 from agentd.store import jobs, loops, tool_calls
 from agentd.store.models import NewEvent
 
@@ -84,7 +85,9 @@ class ResponseParsing:
         ctx.events_flushed = True
         ctx.finished = True
         ctx.loop = loop
-        runtime.telemetry.turn_outcome(ctx, "tool_calls" if calls else "completed")
+        runtime.telemetry.turn_outcome(
+            ctx, TurnOutcome.TOOL_CALLS if calls else TurnOutcome.COMPLETED
+        )
         if spent.cost is not None:
             runtime.telemetry.llm_cost(agent=loop.agent, model=spent.model, cost=spent.cost)
         if handoff is not None:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from agentd import logs, redact
-from agentd.agent import resolve
+from agentd.agent import agent_mcp_configs
 from agentd.db.pool import connection, transaction
 from agentd.engine import deferral
 from agentd.engine.context import TurnContext
@@ -52,11 +52,6 @@ log = logs.get("agentd.turn")
 MCP_UNAVAILABLE = "mcp_unavailable"  # the deferral's status_reason and event reason
 _RETRYABLE_4XX = frozenset({408, 425, 429})
 _EVENT_PAGE = 500
-
-
-async def agent_mcp_configs(agent: Any) -> list[McpServerConfig]:
-    entries = await resolve(agent.mcp_servers())
-    return [e if isinstance(e, McpServerConfig) else McpServerConfig.parse(e) for e in entries]
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:

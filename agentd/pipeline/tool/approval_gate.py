@@ -13,9 +13,9 @@ from datetime import UTC, datetime, timedelta
 
 from agentd.db.pool import transaction
 from agentd.engine.context import ToolContext
-from agentd.engine.states import TransitionReason
 from agentd.errors import FenceLost
 from agentd.pipeline.builder import Handler
+from agentd.states import ApprovalStatus, LoopStatus, TransitionReason
 from agentd.store import events, loops, tool_calls
 from agentd.store.models import NewEvent
 
@@ -35,10 +35,10 @@ class ApprovalGate:
         if tc.executed_at is not None or (not needs and status is None):
             await self.app(ctx)
             return
-        if status in (None, "pending"):
+        if status in (None, ApprovalStatus.PENDING):
             await self._park(ctx)
             return
-        if status in ("denied", "expired"):
+        if status in (ApprovalStatus.DENIED, ApprovalStatus.EXPIRED):
             why = f": {tc.decision_reason}" if tc.decision_reason else ""
             ctx.skip_execution(
                 f"The call to {tc.name} was {status} by a person{why}. It was not run.",
@@ -60,7 +60,7 @@ class ApprovalGate:
             if (
                 loop is None
                 or loop.execution_token != ctx.generation
-                or loop.status not in ("running", "waiting")
+                or loop.status not in (LoopStatus.RUNNING, LoopStatus.WAITING)
             ):
                 raise FenceLost()
             parked = await tool_calls.park(
@@ -68,13 +68,13 @@ class ApprovalGate:
             )
             if parked is None:
                 raise FenceLost()
-            if loop.status != "waiting":
+            if loop.status != LoopStatus.WAITING:
                 await loops.fenced_transition(
                     conn,
                     loop_id=loop.id,
                     execution_token=ctx.generation,
-                    from_statuses=["running"],
-                    status="waiting",
+                    from_statuses=[LoopStatus.RUNNING],
+                    status=LoopStatus.WAITING,
                     reason=TransitionReason.AWAITING_APPROVAL,
                     new_token=ctx.generation,
                 )
@@ -95,7 +95,7 @@ class ApprovalGate:
                 {
                     "type": "status",
                     "loop_id": str(tc.loop_id),
-                    "status": "waiting",
+                    "status": LoopStatus.WAITING,
                     "tool_call_id": tc.id,
                 },
             )

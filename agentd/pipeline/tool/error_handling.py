@@ -15,11 +15,11 @@ from __future__ import annotations
 import asyncio
 
 from agentd import logs
-from agentd.db.pool import lost_connection, schema_changed, transaction, until_reachable
+from agentd.db.pool import transaction, until_reachable
 from agentd.engine.context import ToolContext
-from agentd.engine.states import TransitionReason
-from agentd.errors import AgentdError, FenceLost
+from agentd.errors import AgentdError, DatabaseError, DatabaseUnavailable, FenceLost
 from agentd.pipeline.builder import Handler
+from agentd.states import LoopStatus, ToolCallOutcome, TransitionReason
 from agentd.store import events, jobs, loops, tool_calls
 from agentd.store.models import NewEvent
 
@@ -35,15 +35,15 @@ class ErrorHandling:
         try:
             await self.app(ctx)
         except FenceLost:
-            ctx.runtime.telemetry.tool_call_outcome(ctx, "fence_lost")
+            ctx.runtime.telemetry.tool_call_outcome(ctx, ToolCallOutcome.FENCE_LOST)
             log.info("tool_call.fence_lost", tool_call_id=tc.id, loop_id=str(tc.loop_id))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if lost_connection(exc) or schema_changed(exc):
+            if isinstance(exc, DatabaseUnavailable):  # SchemaChanged included
                 # A database blip, or a cached statement a migration outdated, is not the
                 # tool's failure: hand the call back so it runs again.
-                ctx.runtime.telemetry.tool_call_outcome(ctx, "db_unavailable")
+                ctx.runtime.telemetry.tool_call_outcome(ctx, ToolCallOutcome.DB_UNAVAILABLE)
                 log.warning(
                     "tool_call.db_connection_lost",
                     tool_call_id=tc.id,
@@ -52,15 +52,19 @@ class ErrorHandling:
                 )
                 await self._give_back(ctx)
                 return
-            message = (
-                exc.message if isinstance(exc, AgentdError) else f"{type(exc).__name__}: {exc}"
-            )
+            unexpected = not isinstance(exc, AgentdError) or isinstance(exc, DatabaseError)
+            if isinstance(exc, DatabaseError):
+                message = f"{exc.driver}: {exc.message}"
+            elif isinstance(exc, AgentdError):
+                message = exc.message
+            else:
+                message = f"{type(exc).__name__}: {exc}"
             log.warning(
                 "tool_call.failed",
                 tool_call_id=tc.id,
                 loop_id=str(tc.loop_id),
                 error=message,
-                exc_info=not isinstance(exc, AgentdError),
+                exc_info=unexpected,
             )
             text = f"tool call {tc.name} (#{tc.id}) failed: {message}"
             async with transaction(ctx.runtime.pool) as conn:
@@ -68,13 +72,13 @@ class ErrorHandling:
                     conn,
                     loop_id=tc.loop_id,
                     execution_token=ctx.generation,
-                    from_statuses=["running", "waiting"],
-                    status="failed",
+                    from_statuses=[LoopStatus.RUNNING, LoopStatus.WAITING],
+                    status=LoopStatus.FAILED,
                     reason=TransitionReason.TOOL_FAILED,
                     error_message=text,
                 )
                 if row is None:
-                    ctx.runtime.telemetry.tool_call_outcome(ctx, "fence_lost")
+                    ctx.runtime.telemetry.tool_call_outcome(ctx, ToolCallOutcome.FENCE_LOST)
                     return
                 # Under the loop lock just taken (loop first, then the call).
                 await tool_calls.fail(conn, tool_call_id=tc.id, error_message=text)
@@ -96,11 +100,11 @@ class ErrorHandling:
                     {
                         "type": "status",
                         "loop_id": str(tc.loop_id),
-                        "status": "failed",
+                        "status": LoopStatus.FAILED,
                         "error": text,
                     },
                 )
-            ctx.runtime.telemetry.tool_call_outcome(ctx, "failed")
+            ctx.runtime.telemetry.tool_call_outcome(ctx, ToolCallOutcome.FAILED)
 
     async def _give_back(self, ctx: ToolContext) -> None:
         tc = ctx.tool_call

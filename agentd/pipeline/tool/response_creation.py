@@ -19,9 +19,9 @@ import uuid
 from agentd.db.pool import Connection, connection
 from agentd.engine import dispatch
 from agentd.engine.context import ToolContext
-from agentd.engine.states import TransitionReason
 from agentd.errors import FenceLost
 from agentd.pipeline.builder import Handler
+from agentd.states import ToolCallOutcome, TransitionReason
 from agentd.store import jobs, loops, tool_calls
 from agentd.store.models import NewEvent
 
@@ -61,7 +61,9 @@ class ResponseCreation:
         if cp is not None:  # the folded checkpoint committed with the response
             ctx.metadata.pop("checkpoint", None)
             ctx.tool_call = dataclasses.replace(tc, executed_at=done.executed_at)
-            runtime.telemetry.tool_call_outcome(ctx, "completed" if cp.is_success else "error")
+            runtime.telemetry.tool_call_outcome(
+                ctx, ToolCallOutcome.COMPLETED if cp.is_success else ToolCallOutcome.ERROR
+            )
         if handoff is not None:
             if done.chained is not None:
                 handoff.run_leased_turn(done.chained, done.prefetch)

@@ -26,16 +26,17 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from agentd.agent import agent_mcp_configs
 from agentd.db.pool import connection, transaction
 from agentd.engine.context import ToolContext
 from agentd.errors import FenceLost, McpError, ToolError
 from agentd.mcp.client import TASK_TERMINAL, McpClient, ToolOutcome
 from agentd.mcp.port import CallContext, idempotency_key
 from agentd.pipeline.builder import Handler
-from agentd.pipeline.llm.tool_discovery import agent_mcp_configs
 from agentd.pipeline.tool import waiting
 from agentd.pipeline.tool.response_creation import ResponseCreation
 from agentd.pipeline.wire import mcp_events
+from agentd.states import InputStatus, ToolCallOutcome, ToolCallStatus
 from agentd.store import mcp, tool_calls
 
 
@@ -47,7 +48,9 @@ class ToolExecution:
         tc = ctx.tool_call
         if tc.executed_at is not None:
             ctx.metadata["replayed"] = True
-            ctx.runtime.telemetry.tool_call_outcome(ctx, "completed" if tc.is_success else "error")
+            ctx.runtime.telemetry.tool_call_outcome(
+                ctx, ToolCallOutcome.COMPLETED if tc.is_success else ToolCallOutcome.ERROR
+            )
             await self.app(ctx)
             return
         started = time.monotonic()
@@ -94,7 +97,7 @@ class ToolExecution:
                 is_success=ok,
                 error_message=error,
                 duration=duration,
-                status="completed" if ok else "failed",
+                status=ToolCallStatus.COMPLETED if ok else ToolCallStatus.FAILED,
             )
             await self.app(ctx)
             return
@@ -118,7 +121,9 @@ class ToolExecution:
                     conn, loop_id=tc.loop_id, mcp_name=ctx.tool.mcp_name, session_id=new_session
                 )
         ctx.tool_call = row
-        ctx.runtime.telemetry.tool_call_outcome(ctx, "completed" if ok else "error")
+        ctx.runtime.telemetry.tool_call_outcome(
+            ctx, ToolCallOutcome.COMPLETED if ok else ToolCallOutcome.ERROR
+        )
         await self.app(ctx)
 
     async def _invoke(self, ctx: ToolContext) -> tuple[str, bool, Any, str | None] | None:
@@ -147,7 +152,7 @@ class ToolExecution:
             tool_call_id=tc.id,
         )
         limit = max(ctx.runtime.settings.default_tool_timeout, config.timeout)
-        answer = tc.input_response if tc.input_status == "answered" else None
+        answer = tc.input_response if tc.input_status == InputStatus.ANSWERED else None
         try:
             async with asyncio.timeout(limit):
                 if tc.task_id is not None:

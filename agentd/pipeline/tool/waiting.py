@@ -19,8 +19,8 @@ from typing import Any
 
 from agentd.db.pool import Connection, transaction
 from agentd.engine.context import ToolContext
-from agentd.engine.states import TransitionReason
 from agentd.errors import FenceLost
+from agentd.states import LoopStatus, ToolCallOutcome, TransitionReason
 from agentd.store import events, loops, tool_calls
 from agentd.store.models import Loop, NewEvent
 
@@ -30,7 +30,7 @@ async def _fenced_loop(conn: Connection, ctx: ToolContext) -> Loop:
     if (
         loop is None
         or loop.execution_token != ctx.generation
-        or loop.status not in ("running", "waiting")
+        or loop.status not in (LoopStatus.RUNNING, LoopStatus.WAITING)
     ):
         raise FenceLost()
     return loop
@@ -45,13 +45,13 @@ async def park_for_input(ctx: ToolContext, request: dict[str, Any]) -> None:
         )
         if parked is None:
             raise FenceLost()
-        if loop.status != "waiting":
+        if loop.status != LoopStatus.WAITING:
             await loops.fenced_transition(
                 conn,
                 loop_id=loop.id,
                 execution_token=ctx.generation,
-                from_statuses=["running"],
-                status="waiting",
+                from_statuses=[LoopStatus.RUNNING],
+                status=LoopStatus.WAITING,
                 reason=TransitionReason.AWAITING_INPUT,
                 new_token=ctx.generation,
             )
@@ -74,7 +74,7 @@ async def park_for_input(ctx: ToolContext, request: dict[str, Any]) -> None:
             {
                 "type": "status",
                 "loop_id": str(tc.loop_id),
-                "status": "waiting",
+                "status": LoopStatus.WAITING,
                 "tool_call_id": tc.id,
                 "input_required": True,
             },
@@ -82,7 +82,7 @@ async def park_for_input(ctx: ToolContext, request: dict[str, Any]) -> None:
     ctx.tool_call = parked
     ctx.events = []
     ctx.held = True
-    ctx.runtime.telemetry.tool_call_outcome(ctx, "awaiting_input")
+    ctx.runtime.telemetry.tool_call_outcome(ctx, ToolCallOutcome.AWAITING_INPUT)
 
 
 async def schedule_task_poll(
@@ -116,4 +116,4 @@ async def schedule_task_poll(
     ctx.tool_call = row
     ctx.events = []
     ctx.held = True
-    ctx.runtime.telemetry.tool_call_outcome(ctx, "awaiting_task")
+    ctx.runtime.telemetry.tool_call_outcome(ctx, ToolCallOutcome.AWAITING_TASK)

@@ -50,22 +50,6 @@ UPDATE loops SET state = state || $2::jsonb, updated_at = now()
 WHERE id = $1
 RETURNING *;
 
--- name: loop_finalize_turn :one
--- ResponseParsing; fence: status running AND execution_token = $2.
--- $1 id uuid · $2 execution_token uuid · $3 completed bool · $4 tokens_prompt int · $5 tokens_completion int · $6 tokens_cached int · $7 tokens_estimated bool
-UPDATE loops
-SET step_count = step_count + 1,
-    status = CASE WHEN $3 THEN 'completed' ELSE 'running' END,
-    status_reason = CASE WHEN $3 THEN 'model_finished' ELSE 'tool_calls' END,
-    execution_token = CASE WHEN $3 THEN NULL ELSE execution_token END,
-    lease_expires_at = NULL, worker_id = NULL, error_message = NULL,
-    tokens_prompt = tokens_prompt + $4, tokens_completion = tokens_completion + $5,
-    tokens_cached = tokens_cached + $6,
-    tokens_estimated = tokens_estimated OR coalesce($7, false),
-    updated_at = now()
-WHERE id = $1 AND execution_token = $2 AND status = 'running'
-RETURNING *;
-
 -- name: loop_finalize_turn_all :one
 -- ResponseParsing: the whole finalize of an LLM turn in ONE statement; fence: status
 -- running AND execution_token = $2 (every write below reads from the fenced UPDATE, so zero

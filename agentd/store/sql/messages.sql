@@ -32,17 +32,6 @@ RETURNING *;
 UPDATE messages SET content = $2, reasoning = $3, updated_at = now()
 WHERE id = $1 AND status = 'processing' AND execution_token = $4;
 
--- name: message_promote_shell :one
--- ResponseParsing, inside the fenced finalize transaction: the shell becomes canonical.
--- $1 id bigint · $2 content text · $3 reasoning text · $4 metadata jsonb · $5 tokens_prompt int · $6 tokens_completion int · $7 tokens_cached int · $8 ttft float · $9 duration float · $10 finish_reason text · $11 step int · $12 tokens_estimated bool
-UPDATE messages
-SET content = $2, reasoning = $3, metadata = $4, tokens_prompt = $5, tokens_completion = $6,
-    tokens_cached = $7, ttft = $8, duration = $9, finish_reason = $10, step = $11,
-    tokens_estimated = coalesce($12, false),
-    hidden = false, status = 'completed', updated_at = now()
-WHERE id = $1 AND status = 'processing'
-RETURNING *;
-
 -- name: message_fail_shells :exec
 -- Pause/stop/reaper: orphaned processing shells become failed and hidden.
 -- $1 loop_id uuid

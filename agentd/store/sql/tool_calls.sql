@@ -71,15 +71,6 @@ SELECT * FROM agentd_tool_call_finish(
     $23::int[], $24::jsonb[], $25::jsonb[], $26::float8[], $27::text[], $28::bigint[],
     $29::bigint[], $30::bigint[], $31::bool[], $32::uuid, $33::bigint);
 
--- name: tool_call_mark_responded :one
--- ResponseCreation under the loop lock; fence: still this lease and no response yet.
--- $1 id bigint · $2 response_message_id bigint · $3 lease_token uuid
-UPDATE tool_calls
-SET response_message_id = $2, lease_token = NULL, leased_until = NULL,
-    lease_worker_id = NULL, updated_at = now()
-WHERE id = $1 AND response_message_id IS NULL AND lease_token = $3
-RETURNING *;
-
 -- name: tool_call_park :one
 -- ApprovalGate: park the call for a human decision and drop its lease (nothing to reap).
 -- The claim that parks it ran nothing, so it gives its attempt back: `attempts` counts the

@@ -88,3 +88,16 @@ LIMIT $3;
 -- name: webhook_delivery_notify :exec
 -- Re-send: wakes the deliverers at commit.
 SELECT pg_notify('agentd_jobs', 'webhook');
+
+-- name: webhook_delivery_prune :val
+-- Janitor: one batch of finished deliveries last touched before the cutoff
+-- (webhook_deliveries_finished); pending ones stay whatever their age.
+-- $1 cutoff timestamptz · $2 batch int
+WITH d AS (
+    DELETE FROM webhook_deliveries WHERE id IN (
+        SELECT id FROM webhook_deliveries
+        WHERE status IN ('delivered', 'failed') AND updated_at < $1
+        ORDER BY updated_at LIMIT $2)
+    RETURNING 1
+)
+SELECT count(*)::bigint FROM d;

@@ -301,3 +301,41 @@ async def test_a_secret_echoed_in_an_error_is_masked_in_the_signed_body(
     body = rx.first(only).body
     assert body is not None and "sk-live-abcdefgh12345" not in str(body)
     assert body["data"]["error_message"].startswith("401 from https://llm.example/v1?key=")
+
+
+async def test_the_janitor_prunes_old_finished_deliveries_and_never_a_pending_one(
+    pool: Pool, secret: str
+) -> None:
+    from agentd.engine.janitor import Janitor
+
+    settings = _settings("http://127.0.0.1:9/hook", ["loop.completed"])
+    await WebhookDeliverer(settings, pool, worker_id=uuid.uuid4()).sync_config()
+    async with connection(pool) as conn:
+        for _ in range(6):  # each completion queues one delivery (the 0013/0014 triggers)
+            row = await factories.loop(conn, status="running")
+            await factories.set_loop(conn, row.id, status="completed")
+        ids = [d.id for d in reversed(await webhooks.list_(conn))]
+        assert len(ids) == 6
+        # delivered / failed / pending, each once 8 days old and once fresh
+        ages = [("delivered", 8), ("failed", 8), ("pending", 8)]
+        ages += [("delivered", 0), ("failed", 0), ("pending", 0)]
+        for i, (status, days) in enumerate(ages):
+            await conn.execute(
+                "UPDATE webhook_deliveries SET status = $2,"
+                " updated_at = now() - make_interval(days => $3) WHERE id = $1",
+                ids[i],
+                status,
+                days,
+            )
+    janitor = Janitor(fast_settings(janitor_batch_size=1), pool)  # batches of one
+    report = await janitor.prune_once()
+    assert report.webhook_deliveries == 2
+    async with connection(pool) as conn:
+        left = {d.id: d.status for d in await webhooks.list_(conn)}
+    assert sorted(left) == sorted(ids[2:])  # the old pending one stays
+    assert (await janitor.prune_once()).webhook_deliveries == 0
+
+    off = Janitor(fast_settings(webhook_delivery_retention="off"), pool)
+    async with connection(pool) as conn:
+        await conn.execute("UPDATE webhook_deliveries SET updated_at = now() - interval '30 days'")
+    assert (await off.prune_once()).webhook_deliveries == 0

@@ -3,13 +3,16 @@ limit is deferred (its job comes back when the window allows), never failed."""
 
 from __future__ import annotations
 
+import uuid
+
 from limits_kit import all_completed, most_in_window, peak_overlap, two_engines
 
 from agentd.db.pool import Pool, connection
+from agentd.engine.lifecycle import Lifecycle
 from agentd.registry import AgentRegistry
 from agentd.store import events, providers
 from agentd.testing.agents import CalcAgent
-from agentd.testing.engine import eventually
+from agentd.testing.engine import eventually, fast_settings
 from agentd.testing.fake_llm import FakeLLM
 
 WINDOW = 1.0
@@ -29,11 +32,16 @@ class NarrowAgent(CalcAgent):
     provider_max_concurrency = 2
 
 
-async def start_many(engines, agent: str, n: int, llm: str) -> list:  # type: ignore[no-untyped-def,type-arg]
+async def start_many(
+    pool: Pool, registry: AgentRegistry, agent: str, n: int, llm: str
+) -> list[uuid.UUID]:
+    """Queue `n` loops before any engine runs: the engines then race for all of them at once,
+    however slowly a loaded machine would have started them one by one (so every limit
+    is really contended, and a deferral really happens)."""
+    lifecycle = Lifecycle(pool, registry, fast_settings())
     out = []
     for i in range(n):
-        engine = engines[i % 2]
-        loop = await engine.lifecycle.start(agent=agent, message=f"loop {i}", state={"llm": llm})
+        loop = await lifecycle.start(agent=agent, message=f"loop {i}", state={"llm": llm})
         out.append(loop.id)
     return out
 
@@ -43,10 +51,8 @@ async def test_tokens_per_minute_hold_over_every_window_within_one_request(
 ) -> None:
     registry.register("tpm", TpmAgent)
     fake_llm.reply(content="done", usage=USAGE)
-    async with two_engines(
-        pool, second_pool, database_url, registry, provider_rate_window=WINDOW
-    ) as engines:
-        ids = await start_many(engines, "tpm", 6, fake_llm.base_url)
+    ids = await start_many(pool, registry, "tpm", 6, fake_llm.base_url)
+    async with two_engines(pool, second_pool, database_url, registry, provider_rate_window=WINDOW):
         await eventually(lambda: all_completed(pool, ids), within=20)
     times = [r.at for r in fake_llm.requests]
     size = sum(USAGE)
@@ -65,10 +71,8 @@ async def test_requests_per_minute_hold_across_racing_engines(
 ) -> None:
     registry.register("rpm", RpmAgent)
     fake_llm.reply(content="done")
-    async with two_engines(
-        pool, second_pool, database_url, registry, provider_rate_window=WINDOW
-    ) as engines:
-        ids = await start_many(engines, "rpm", 5, fake_llm.base_url)
+    ids = await start_many(pool, registry, "rpm", 5, fake_llm.base_url)
+    async with two_engines(pool, second_pool, database_url, registry, provider_rate_window=WINDOW):
         await eventually(lambda: all_completed(pool, ids), within=20)
     times = [r.at for r in fake_llm.requests]
     assert len(times) == 5
@@ -82,10 +86,8 @@ async def test_max_concurrency_per_provider_key_holds_across_racing_engines(
 ) -> None:
     registry.register("narrow", NarrowAgent)
     fake_llm.reply(content="done", delay_before_first_byte=0.3)
-    async with two_engines(
-        pool, second_pool, database_url, registry, provider_retry_interval=0.1
-    ) as engines:
-        ids = await start_many(engines, "narrow", 6, fake_llm.base_url)
+    ids = await start_many(pool, registry, "narrow", 6, fake_llm.base_url)
+    async with two_engines(pool, second_pool, database_url, registry, provider_retry_interval=0.1):
         await eventually(lambda: all_completed(pool, ids), within=20)
     spans = [(r.at, r.done_at) for r in fake_llm.requests]
     assert len(spans) == 6 and all(end is not None for _, end in spans)

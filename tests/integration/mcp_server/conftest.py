@@ -12,8 +12,8 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
+from agentd.api import mcp_server
 from agentd.db.pool import Pool
-from agentd.mcp import mounts
 from agentd.settings import Settings
 
 NODE_MODULES = Path(__file__).parents[2] / "node" / "node_modules"
@@ -45,7 +45,7 @@ def build_app(pool: Pool, **overrides: Any) -> FastAPI:
     settings = Settings(mcp_servers=MOUNTS, **overrides)
     app = FastAPI()
     state = SimpleNamespace(settings=settings, pool=pool)
-    app.state.mounts = mounts.mount_all(app, state)  # type: ignore[arg-type]
+    app.state.mounts = mcp_server.mount_all(app, state)  # type: ignore[arg-type]
     return app
 
 

@@ -11,6 +11,7 @@ import mcp_server_fixtures as fx
 import pytest
 from fastapi import FastAPI
 
+from agentd.api import mcp_server
 from agentd.db.pool import Pool
 from agentd.errors import ConfigError
 from agentd.mcp import mounts
@@ -107,7 +108,7 @@ async def test_a_tokens_env_mount_serves_listed_tokens_only(
         mcp_servers={"tools": {"toolset": TOOLSET, "tokens_env": "AGENTD_TEST_MCP_TOKENS"}}
     )
     app = FastAPI()
-    mounted = mounts.mount_all(app, SimpleNamespace(settings=settings, pool=pool))  # type: ignore[arg-type]
+    mounted = mcp_server.mount_all(app, SimpleNamespace(settings=settings, pool=pool))  # type: ignore[arg-type]
     assert list(mounted) == ["tools"]
     body = {
         "jsonrpc": "2.0",

@@ -6,12 +6,13 @@ import uuid
 import httpx
 from observability_kit import Scrape
 
+from agentd.api import probes
 from agentd.api.app import create_app
+from agentd.api.serve import HttpServer
 from agentd.api.state import AppState
 from agentd.db.pool import Pool, connection
 from agentd.engine.reaper import Reaper
 from agentd.engine.service import Engine
-from agentd.observability import probes
 from agentd.observability.metrics import Telemetry
 from agentd.registry import AgentRegistry
 from agentd.store import loops
@@ -122,10 +123,9 @@ async def test_worker_metrics_port_serves_metrics_and_probes_without_fleet_gauge
     script_add_then_answer(fake_llm)
     settings = fast_settings(metrics_public=True)
     async with running_engine(pool, database_url, registry, settings=settings) as engine:
-        server = probes.ProbeServer(probes.create_app(engine), host="127.0.0.1", port=0)
+        server = HttpServer("127.0.0.1", 0)  # listening from here on
         stop = asyncio.Event()
-        serving = asyncio.create_task(server.run(stop))
-        await asyncio.wait_for(server.started.wait(), timeout=10)
+        serving = asyncio.create_task(server.serve(probes.create_app(engine), stop))
         base = f"http://127.0.0.1:{server.port}"
         try:
             loop = await engine.lifecycle.start(
@@ -140,6 +140,7 @@ async def test_worker_metrics_port_serves_metrics_and_probes_without_fleet_gauge
         finally:
             stop.set()
             await serving
+            server.close()
     assert ready["checks"]["worker_heartbeat"] == "fresh"
     assert r.status_code == 200
     m = Scrape(r.text)

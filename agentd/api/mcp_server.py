@@ -1,4 +1,5 @@
-"""`McpEndpoint`: one toolset served to external MCP clients over Streamable HTTP.
+"""MCP mounts served over HTTP: `McpEndpoint`, one toolset for external MCP clients over
+Streamable HTTP at `/mcp/<name>`, and the routes that put each mount there.
 
 The POST body goes to `Toolset.handle`, the same dispatcher the in-process agent path
 uses, so a toolset behaves identically locally and remotely. Scope (docs/mcp-server.md):
@@ -16,7 +17,7 @@ Guarantee: every request that reaches a session (real or pseudo) has its event c
 before the answer is sent; a request is dispatched only after Host/Origin and the
 authorizer accepted it. Tolerates: concurrent requests on one session (rows are touched,
 never locked). Never: holds a database connection while a handler runs; echoes a token.
-Called by: `agentd.mcp.mounts.mount_all` (routes `/mcp/<name>`).
+Routed by `mount_all` (below) at `/mcp/<name>` for each mount `agentd.mcp.mounts` loads.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import inspect
 import re
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -35,21 +37,24 @@ from mcp.shared import inbound
 from mcp_types.jsonrpc import HEADER_MISMATCH
 from mcp_types.methods import CACHEABLE_METHODS
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from agentd import logs, redact
 from agentd.db import pool as dbpool
 from agentd.mcp import eras, jsonrpc, mounts
+from agentd.mcp.mounts import McpMount
 from agentd.mcp.port import CallContext
 from agentd.store import events
 from agentd.store import mcp as mcp_store
 from agentd.store.models import NewEvent
 
 if TYPE_CHECKING:
-    from agentd.mcp.mounts import McpMount
+    from fastapi import FastAPI
 
-log = logs.get("agentd.mcp.server")
+    from agentd.api.state import AppState
+
+log = logs.get("agentd.api.mcp_server")
 
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
@@ -101,7 +106,7 @@ class McpEndpoint:
             log.exception("mcp_server.authorizer_failed", server=self.name)
             return Response(status_code=500)
         if principal is None:
-            where = mounts.resource_metadata_url(request, self.name)
+            where = resource_metadata_url(request, self.name)
             challenge = f'Bearer resource_metadata="{where}"'
             return Response(status_code=401, headers={"WWW-Authenticate": challenge})
         call = _Call(request, principal, principal_label(principal), time.monotonic())
@@ -462,3 +467,59 @@ def _origin_allowed(origin: str, allowed: tuple[str, ...]) -> bool:
         if entry == origin or (entry.endswith(":*") and origin.startswith(entry[:-1])):
             return True
     return False
+
+
+# -- routing ------------------------------------------------------------------------------
+
+
+def mount_all(app: FastAPI, state: AppState) -> dict[str, McpMount]:
+    """Mount every configured MCP server on `app` at `/mcp/<name>`; returns them by name."""
+    mounted = mounts.load_mounts(state.settings)
+    for name, mount in mounted.items():
+        mount_one(app, name, mount, state)
+    return mounted
+
+
+def mount_one(app: FastAPI, name: str, mount: McpMount, state: AppState) -> None:
+    """Route `/mcp/<name>` (with or without a trailing slash, no redirect) to the endpoint."""
+    mounts.check_name(name, "mount")
+    endpoint = McpEndpoint(name, mount, state)
+    for path in (f"/mcp/{name}", f"/mcp/{name}/"):
+        # An ASGI app as a Route endpoint receives every HTTP method; it answers 405 itself.
+        # (Starlette accepts one there; its annotation names only request handlers.)
+        app.add_route(path, endpoint, methods=None, include_in_schema=False)  # type: ignore[arg-type]
+    # RFC 9728 metadata at the path-inserted well-known URI of `/mcp/<name>`.
+    app.add_route(
+        f"{PROTECTED_RESOURCE_PATH}/mcp/{name}",
+        protected_resource_metadata(name),
+        methods=["GET"],
+        include_in_schema=False,
+    )
+
+
+PROTECTED_RESOURCE_PATH = "/.well-known/oauth-protected-resource"
+
+
+def protected_resource_metadata(name: str) -> Callable[[Any], Awaitable[Any]]:
+    """OAuth protected-resource metadata (RFC 9728) saying: send a bearer token in the
+    `Authorization` header; there is no authorization server to get one from (tokens are
+    issued out of band, see docs/mcp-server.md). OAuth-capable clients (the MCP inspector)
+    read this instead of guessing an authorization server at the origin."""
+
+    async def metadata(request: Any) -> Any:
+        origin = f"{request.url.scheme}://{request.url.netloc}"
+        return JSONResponse(
+            {
+                "resource": f"{origin}/mcp/{name}",
+                "resource_name": f"agentd MCP server {name}",
+                "bearer_methods_supported": ["header"],
+            },
+            headers={"Cache-Control": "public, max-age=3600"},
+        )
+
+    return metadata
+
+
+def resource_metadata_url(request: Any, name: str) -> str:
+    """Where a 401 points OAuth clients (`WWW-Authenticate: Bearer resource_metadata=...`)."""
+    return f"{request.url.scheme}://{request.url.netloc}{PROTECTED_RESOURCE_PATH}/mcp/{name}"

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agentd.observability import metrics, tracing
+from agentd.states import ToolCallOutcome, TurnOutcome
 
 if TYPE_CHECKING:
     from agentd.engine.context import ToolContext, TurnContext
@@ -26,11 +27,14 @@ if TYPE_CHECKING:
 _PROVIDERS = {"open_ai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini"}
 
 
-def _outcome_on_exit(ctx: Any, exc: BaseException | None, fallback: str) -> str:
+def _outcome_on_exit(
+    ctx: Any, exc: BaseException | None, fallback: TurnOutcome | ToolCallOutcome
+) -> str:
+    # CANCELLED and FAILED are the same words in both vocabularies.
     if isinstance(exc, asyncio.CancelledError):
-        return ctx.metadata.get("outcome") or "cancelled"
+        return ctx.metadata.get("outcome") or TurnOutcome.CANCELLED
     if exc is not None:
-        return ctx.metadata.get("outcome") or "failed"
+        return ctx.metadata.get("outcome") or TurnOutcome.FAILED
     return ctx.metadata.get("outcome") or fallback
 
 
@@ -65,7 +69,11 @@ def turn(telemetry: Telemetry, ctx: TurnContext, *, worker: str, job_id: Any) ->
             raise
         finally:
             resp = ctx.response
-            fallback = ("tool_calls" if resp.tool_calls else "completed") if resp else "unknown"
+            fallback = (
+                (TurnOutcome.TOOL_CALLS if resp.tool_calls else TurnOutcome.COMPLETED)
+                if resp
+                else TurnOutcome.UNKNOWN
+            )
             outcome = _outcome_on_exit(ctx, exc, fallback)
             model = metrics.model_of(ctx)
             telemetry.turn_finished(
@@ -101,7 +109,7 @@ def _annotate_turn(
             span.set_attribute("gen_ai.usage.output_tokens", resp.usage.completion_tokens)
         if resp.ttft is not None:
             span.set_attribute("agentd.ttft_seconds", resp.ttft)
-    if outcome in ("failed", "paused", "db_unavailable"):
+    if outcome in (TurnOutcome.FAILED, TurnOutcome.PAUSED, TurnOutcome.DB_UNAVAILABLE):
         tracing.fail(span, type(exc).__name__ if exc else outcome)
 
 
@@ -141,11 +149,16 @@ def tool_call(
             exc = e
             raise
         finally:
-            outcome = _outcome_on_exit(ctx, exc, "awaiting_approval" if ctx.held else "unknown")
+            held = ToolCallOutcome.AWAITING_APPROVAL if ctx.held else ToolCallOutcome.UNKNOWN
+            outcome = _outcome_on_exit(ctx, exc, held)
             telemetry.tool_call_finished(
                 outcome, agent=agent or "unknown", seconds=time.monotonic() - started
             )
             if span.is_recording():
                 span.set_attribute("agentd.outcome", outcome)
-                if outcome in ("error", "failed", "db_unavailable"):
+                if outcome in (
+                    ToolCallOutcome.ERROR,
+                    ToolCallOutcome.FAILED,
+                    ToolCallOutcome.DB_UNAVAILABLE,
+                ):
                     tracing.fail(span, type(exc).__name__ if exc else outcome)

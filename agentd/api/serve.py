@@ -1,0 +1,102 @@
+"""Serving over HTTP: the API app for a process, and uvicorn inside our event loop.
+
+Shared by `agentd up`, `agentd api`, `agentd worker` (its probe port) and `agentd demo`.
+The listening socket is bound before anything else starts, so a taken port is one clear
+error at once (not a traceback after the database is up); uvicorn gets no signal handling
+of its own, the command's `stop` event ends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import socket
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from agentd.errors import AddressInUse, AgentdError
+from agentd.settings import Settings
+
+if TYPE_CHECKING:
+    from agentd.db.pool import Pool
+    from agentd.engine.service import Engine
+    from agentd.registry import AgentRegistry
+
+
+def bind(host: str, port: int, *, setting: str = "AGENTD_PORT or --port") -> socket.socket:
+    """A listening socket on host:port; a taken port raises AddressInUse naming `setting`."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise AddressInUse(
+                f"cannot listen on {host}:{port}: the address is in use "
+                f"(another agentd? set {setting})"
+            ) from None
+        raise AddressInUse(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+class HttpServer:
+    """uvicorn in our event loop, with our signal handling (not uvicorn's), on a socket
+    bound when this is created (port 0: an ephemeral one; `port` says which)."""
+
+    def __init__(self, host: str, port: int, *, setting: str = "AGENTD_PORT or --port") -> None:
+        self.socket = bind(host, port, setting=setting)
+        self.host = host
+        self.port = int(self.socket.getsockname()[1])
+
+    async def serve(self, app: Any, stop: asyncio.Event) -> None:
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self) -> Iterator[None]:
+                yield
+
+        config = uvicorn.Config(
+            app,
+            host=self.host,
+            port=self.port,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            limit_concurrency=None,
+            timeout_graceful_shutdown=5,
+        )
+        server = Server(config)
+        task = asyncio.create_task(server.serve(sockets=[self.socket]))
+        stopper = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        server.should_exit = True
+        stopper.cancel()
+        await task
+        if task in done and not stop.is_set():
+            raise AgentdError("the HTTP server stopped unexpectedly")
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+def api_app(
+    settings: Settings,
+    pool: Pool,
+    url: str,
+    registry: AgentRegistry,
+    engine: Engine | None,
+    token: str,
+) -> Any:
+    """The API (with admin UI and MCP mounts) for this process; `engine` None: `agentd api`."""
+    from agentd.api.app import create_app
+    from agentd.api.state import AppState
+
+    state = AppState.create(
+        settings=settings,
+        pool=pool,
+        registry=registry,
+        database_url=url,
+        api_token=token,
+        engine=engine,
+    )
+    return create_app(state)
