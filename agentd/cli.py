@@ -260,6 +260,7 @@ def _token(settings: Settings) -> str:
 
 async def _up(settings: Settings, args: argparse.Namespace) -> int:
     from agentd.engine.service import Engine
+    from agentd.pipeline.stacks import Stacks
 
     stop = _stop_on_signals()
     registry = _registry(settings)
@@ -268,7 +269,12 @@ async def _up(settings: Settings, args: argparse.Namespace) -> int:
         async with open_database(settings, migrate_first=True, stop=stop) as (pool, url):
             token = _token(settings)
             engine = Engine(
-                settings=settings, pool=pool, registry=registry, url=url, queues=list(QUEUES)
+                settings=settings,
+                pool=pool,
+                registry=registry,
+                url=url,
+                stacks=Stacks(),
+                queues=list(QUEUES),
             )
             app = api_app(settings, pool, url, registry, engine, token)
             log.info("agentd.up", host=settings.host, port=server.port, agents=registry.names())
@@ -282,6 +288,7 @@ async def _up(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _worker(settings: Settings, args: argparse.Namespace) -> int:
     from agentd.engine.service import Engine
+    from agentd.pipeline.stacks import Stacks
 
     stop = _stop_on_signals()
     registry = _registry(settings)
@@ -299,6 +306,7 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
                 pool=pool,
                 registry=registry,
                 url=url,
+                stacks=Stacks(),
                 queues=list(settings.queues),
             )
             if probe is None:

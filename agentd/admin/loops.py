@@ -17,7 +17,7 @@ from fastapi.responses import Response, StreamingResponse
 from agentd.admin import forms, live, render
 from agentd.api.state import AppState
 from agentd.db.pool import connection
-from agentd.engine import costs, loop_limits, loop_state, tokens
+from agentd.engine import loop_limits, loop_state
 from agentd.engine.lifecycle import DEFAULT_RESUME_FROM
 from agentd.errors import AgentdError, BadRequest, DatabaseError, PreconditionFailed
 from agentd.states import ACTIVE, ApprovalStatus, LoopStatus, MessageStatus, TransitionReason
@@ -225,8 +225,8 @@ async def _live_context(state: AppState, loop: Loop) -> dict[str, Any]:
     agent_cls = state.registry.get(loop.agent) if loop.agent in state.registry else None
     return {
         "lp": loop,
-        "budget": tokens.budget(agent_cls, loop),
-        "cost_budget": costs.budget(agent_cls, loop),
+        "budget": loop_limits.token_budget(agent_cls, loop),
+        "cost_budget": loop_limits.cost_budget(agent_cls, loop),
         "step_limit": loop_limits.max_steps(agent_cls, loop),
         # Paused by its own limits: resume offers raising them (a plain resume re-pauses).
         "limit_paused": loop.status == LoopStatus.PAUSED and loop.status_reason in LIMIT_REASONS,

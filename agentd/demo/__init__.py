@@ -109,6 +109,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     from agentd.db.startup import open_database
     from agentd.demo.agent import TripAgent
     from agentd.engine.service import Engine
+    from agentd.pipeline.stacks import Stacks
     from agentd.registry import build_registry
     from agentd.store import loops, messages, tool_calls
     from agentd.testing.fake_llm import FakeLLM
@@ -164,7 +165,12 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         await _registered(pool, within=20)
         stop = asyncio.Event()
         engine = Engine(
-            settings=settings, pool=pool, registry=registry, url=url, queues=["maintenance"]
+            settings=settings,
+            pool=pool,
+            registry=registry,
+            url=url,
+            stacks=Stacks(),  # a maintenance-only engine runs none, but every engine gets them
+            queues=["maintenance"],
         )
         server = HttpServer(settings.host, settings.port)
         stack.callback(server.close)

@@ -17,6 +17,7 @@ from agentd.llm.types import LLMRequest, LLMResponse, Message, ToolSpec
 from agentd.states import LoopStatus, TransitionReason
 
 if TYPE_CHECKING:
+    from agentd.engine.chaining import Chain
     from agentd.engine.runtime import Runtime
     from agentd.store.models import Loop, McpToolRow, NewEvent, ToolCall
     from agentd.store.models import Message as MessageRow
@@ -43,6 +44,8 @@ class TurnContext:
     # The claim's prefetch (store.jobs.TurnPrefetch): the messages, tool calls and MCP
     # tools/sessions this turn reads; None when the turn was not started by a claim.
     prefetch: Any = None
+    # The worker's offer of tool slots for the calls this turn's finalize leases to it.
+    chain: Chain | None = None
 
     @property
     def loop_view(self) -> LoopView:
@@ -54,7 +57,7 @@ class TurnContext:
         )
 
     async def prompt_inputs(self) -> tuple[list[MessageRow], list[ToolCall]]:
-        """The stored messages and tool calls the prompt is built from (engine/prompt.py
+        """The stored messages and tool calls the prompt is built from (engine/transcript.py
         picks the rows): the claim's prefetch when it has them, else read now."""
         if self.prefetch is not None:
             return self.prefetch.messages, self.prefetch.tool_calls
@@ -117,6 +120,8 @@ class ToolContext:
     metadata: dict[str, Any] = field(default_factory=dict)
     # (loop, tool) as the claim read them; AgentInitialization then queries nothing.
     prefetched: tuple[Loop, McpToolRow | None] | None = None
+    # The worker's offer of an LLM slot for the next turn this call's finish claims.
+    chain: Chain | None = None
 
     def skip_execution(self, result: str, success: bool = False) -> None:
         """Record `result` as this call's outcome without invoking the tool."""

@@ -3,7 +3,7 @@
 Guarantee: every enqueue happens in the transaction that advances state (invariant 1).
 Never: sends NOTIFY for a queue this process consumes (the local wake is free and NOTIFY
 serializes commits); other queues get a NOTIFY so another process claims at once.
-Called by: pipelines' finalizers, lifecycle, reaper.
+Called by: pipelines' finalizers, lifecycle, reaper; the worker (hand_back).
 """
 
 from __future__ import annotations
@@ -84,10 +84,11 @@ _handing_back: set[asyncio.Task[None]] = set()
 def hand_back(
     runtime: Runtime, op: Callable[[Connection], Awaitable[None]], *, what: str, loop_id: uuid.UUID
 ) -> None:
-    """Run `op` on a pooled connection in the background. For a finalizer cancelled after
-    its statement may have committed: what it took for this worker (chained calls, a
-    chained turn) goes back to the queue at once, though its own task is being cancelled.
-    If this fails too, the leases expire and the reaper requeues."""
+    """Run `op` on a pooled connection in the background. For a job whose finalizer's
+    statement may have committed but never returned (it raised or was cancelled): what it
+    leased to this worker (chained calls, a chained turn) goes back to the queue at once,
+    though the job's own task is being cancelled. If this fails too, the leases expire and
+    the reaper requeues."""
 
     async def run() -> None:
         try:

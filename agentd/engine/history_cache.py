@@ -2,17 +2,18 @@
 
 A turn records here the rows its prompt was built from (the latest summary and the rows
 after its coverage, with their tool calls), keyed by loop and tagged with the turn's
-execution token. When one of that turn's tool calls chains the next turn (ResponseCreation),
-it asks `after(loop_id, generation)`: only if the call still runs on that token — no
-lifecycle action (regenerate, pause/resume, continue, edit) rotated it since, and such
-actions are the only writes that change a stored row of the prompt — does the chained
-prefetch read just the rows after the last id held (migrations/0010); everything added
-since (the answer, tool results, a summary) has a larger id. Anything else — a claim, a
+execution token. When one of that turn's tool calls chains the next turn (ResponseCreation,
+through the chain the worker offers it), `after(loop_id, generation)` is asked: only if the
+call still runs on that token — no lifecycle action (regenerate, pause/resume, continue,
+edit) rotated it since, and such actions are the only writes that change a stored row of
+the prompt — does the chained prefetch read just the rows after the last id held
+(migrations/0010); everything added since (the answer, tool results, a summary) has a
+larger id. Anything else — a claim, a
 token mismatch, an evicted entry, a restart, another worker's turn — reads in full.
 
 Guarantee: the merged rows are what a full read would return (tests/integration/long_loops).
 Never: trusts an entry for a different generation.
-Called by: engine.worker (record, merge), pipeline/tool/response_creation (after).
+Called by: engine.worker (record, merge, and after() for the chain it offers a tool call).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import collections
 import uuid
 from dataclasses import dataclass
 
-from agentd.engine import prompt
+from agentd.engine import transcript
 from agentd.store.models import Message, ToolCall
 
 MAX_LOOPS = 64  # each holds a transcript: a few chained loops per LLM slot
@@ -33,7 +34,7 @@ class Entry:
     last_id: int
     rows: list[Message]
     calls: list[ToolCall]
-    rendered: prompt.Rendered  # the loop's rows as prompt messages (engine/prompt.py)
+    rendered: transcript.Rendered  # the loop's rows as prompt messages
 
 
 class HistoryCache:
@@ -50,8 +51,8 @@ class HistoryCache:
             return None
         return e.last_id
 
-    def rendered(self, loop_id: uuid.UUID) -> prompt.Rendered | None:
-        """The loop's render memo, for prompt.history (None: not held)."""
+    def rendered(self, loop_id: uuid.UUID) -> transcript.Rendered | None:
+        """The loop's render memo, for pipeline/llm/prompt.py (None: not held)."""
         e = self.entries.get(loop_id)
         return e.rendered if e is not None else None
 
@@ -74,7 +75,7 @@ class HistoryCache:
         self, loop_id: uuid.UUID, token: uuid.UUID, rows: list[Message], calls: list[ToolCall]
     ) -> None:
         """Hold what a turn's prompt is built from (only what later prompts can show)."""
-        summary, current = prompt.prompt_rows(rows)
+        summary, current = transcript.prompt_rows(rows)
         kept = ([summary] if summary is not None else []) + current
         ids = {r.id for r in kept}
         call_ids = {r.tool_call_id for r in kept if r.tool_call_id is not None}

@@ -1,18 +1,21 @@
-"""A loop's own step and token limits, and raising them on resume.
+"""A loop's own limits — steps, tokens, cost — their checks, and raising them on resume.
 
-Guarantee: a loop's limit is its state's `max_steps` / `max_tokens_total` when set (a
-positive integer), else its agent's; a raise always leaves room for at least one more turn.
-Tolerates: state written by a user at start (the same keys, the same meaning).
+Guarantee: a loop's limit is its state's `max_steps` / `max_tokens_total` (a positive
+integer) or `max_cost` (a positive decimal, USD) when set, else its agent's; a raise always
+leaves room for at least one more turn.
+Tolerates: state written by a user at start (the same keys, the same meaning); any agent
+attribute shape (plain values or properties).
 Never: writes; `Lifecycle.resume` merges what `raised` returns under the loop lock.
 Called by: pipeline.llm (NetworkCalling, Compaction), engine.lifecycle, admin.
 """
 
 from __future__ import annotations
 
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from agentd.engine import tokens
-from agentd.errors import BadRequest
+from agentd.errors import BadRequest, CostBudgetExceeded, TokenBudgetExceeded
+from agentd.llm import prices
 from agentd.store.models import Loop
 
 
@@ -43,7 +46,7 @@ def raised(loop: Loop, *, max_steps: int | None, max_tokens_total: int | None) -
             )
         patch["max_steps"] = max_steps
     if max_tokens_total is not None:
-        used = tokens.spent(loop)
+        used = tokens_spent(loop)
         if max_tokens_total <= used:
             raise BadRequest(
                 f"max_tokens_total must exceed the tokens the loop has spent ({used}); "
@@ -51,3 +54,51 @@ def raised(loop: Loop, *, max_steps: int | None, max_tokens_total: int | None) -
             )
         patch["max_tokens_total"] = max_tokens_total
     return patch
+
+
+def token_budget(agent: Any, loop: Loop) -> int | None:
+    """The loop's token budget: loop state `max_tokens_total`, else the agent's."""
+    override = loop.state.get("max_tokens_total") if isinstance(loop.state, dict) else None
+    if isinstance(override, int) and not isinstance(override, bool) and override > 0:
+        return override
+    value = getattr(agent, "max_tokens_total", None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def tokens_spent(loop: Loop) -> int:
+    return loop.tokens_prompt + loop.tokens_completion
+
+
+def check_token_budget(agent: Any, loop: Loop) -> None:
+    """Before a turn calls the model: raise TokenBudgetExceeded once the budget is spent."""
+    limit = token_budget(agent, loop)
+    if limit is not None and tokens_spent(loop) >= limit:
+        raise TokenBudgetExceeded(
+            f"token budget (max_tokens_total {limit}) reached: {tokens_spent(loop)} tokens spent"
+        )
+
+
+def _positive_decimal(value: Any) -> Decimal | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        d = value if isinstance(value, Decimal) else Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        return None
+    return d if d.is_finite() and d > 0 else None
+
+
+def cost_budget(agent: Any, loop: Loop) -> Decimal | None:
+    """The loop's cost budget in USD: loop state `max_cost`, else the agent's."""
+    override = loop.state.get("max_cost") if isinstance(loop.state, dict) else None
+    return _positive_decimal(override) or _positive_decimal(getattr(agent, "max_cost", None))
+
+
+def check_cost_budget(agent: Any, loop: Loop) -> None:
+    """Before a turn calls the model: raise CostBudgetExceeded once the budget is spent."""
+    limit = cost_budget(agent, loop)
+    if limit is not None and loop.cost is not None and loop.cost >= limit:
+        raise CostBudgetExceeded(
+            f"cost budget (max_cost {prices.money(limit)} USD) reached: "
+            f"{prices.money(loop.cost)} USD spent"
+        )

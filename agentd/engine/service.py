@@ -4,7 +4,8 @@ Guarantee: every background service runs in one TaskGroup; if one dies the proce
 loudly rather than running half a daemon. Shutdown is two-phase: stop claiming, let
 in-flight work finish within the grace period, hand the rest back, then stop the
 heartbeat, listener and maintenance.
-Called by: the CLI (`agentd up`, `agentd worker`), tests, the demo.
+Called by: the CLI (`agentd up`, `agentd worker`), tests, the demo (each hands it the
+pipeline stacks to run).
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ from agentd.engine.mcp_session_ender import McpSessionEnder
 from agentd.engine.reaper import Reaper
 from agentd.engine.runtime import Runtime
 from agentd.engine.scheduler import Scheduler
+from agentd.engine.stacks import StackSource
 from agentd.engine.stream_flusher import StreamFlusher
 from agentd.engine.webhooks import WebhookDeliverer
 from agentd.engine.worker import Worker
 from agentd.llm.http_pool import pooled_client
 from agentd.observability.metrics import Telemetry
-from agentd.pipeline.stacks import Stacks
 from agentd.registry import AgentRegistry
 from agentd.settings import QUEUES, Settings
 from agentd.store import workers
@@ -53,8 +54,10 @@ class Engine:
     pool: Pool
     registry: AgentRegistry
     url: str  # direct URL for the heartbeat and LISTEN connections
+    # The LLM and tool stacks the worker runs: agentd.pipeline.stacks.Stacks() unless the
+    # caller builds its own (the engine does not import the pipeline).
+    stacks: StackSource
     queues: list[str] = field(default_factory=lambda: list(QUEUES))
-    stacks: Stacks | None = None
     llm: LLMClient | None = None
     telemetry: Telemetry = field(default_factory=Telemetry)
 
@@ -77,7 +80,6 @@ class Engine:
             pool=self.pool,
             registry=self.registry,
             llm=self.llm_client,
-            stacks=self.stacks or Stacks(),
             consumes=frozenset(self.queues),
             telemetry=self.telemetry,
             # Per-request timeouts come from each server's entry (asyncio.timeout).
@@ -93,10 +95,8 @@ class Engine:
             queues=self.queues,
         )
         self.runtime.renewer = self.renewer
-        self.worker = Worker(self.runtime, self.queues)
+        self.worker = Worker(self.runtime, self.queues, self.stacks)
         self.runtime.wake_local = self.worker.wake
-        if self.settings.chaining:
-            self.runtime.handoff = self.worker
         self.listener = Listener(
             self.url,
             ["agentd_jobs", "agentd_control"],

@@ -23,12 +23,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentd import logs
-from agentd.db.pool import connection
-from agentd.engine import scopes
+from agentd.db.pool import Connection, connection
+from agentd.engine import dispatch, scopes
+from agentd.engine.chaining import Chain
 from agentd.engine.context import ToolContext, TurnContext
 from agentd.engine.history_cache import HistoryCache
 from agentd.engine.lease_renewer import Lease
 from agentd.engine.runtime import Runtime
+from agentd.engine.stacks import StackSource
 from agentd.engine.ticks import Signal
 from agentd.errors import DatabaseError
 from agentd.states import ToolCallOutcome, TurnOutcome
@@ -39,8 +41,9 @@ log = logs.get("agentd.worker")
 
 
 class Worker:
-    def __init__(self, runtime: Runtime, queues: list[str]) -> None:
+    def __init__(self, runtime: Runtime, queues: list[str], stacks: StackSource) -> None:
         self.runtime = runtime
+        self.stacks = stacks
         self.queues = [q for q in queues if q in ("llm", "tool")]
         s = runtime.settings
         self.limits = {"llm": s.llm_concurrency, "tool": s.tool_concurrency}
@@ -99,7 +102,7 @@ class Worker:
     def in_flight(self) -> int:
         return len(self.tasks)
 
-    # --- chaining (runtime.handoff) -------------------------------------------------------
+    # --- chaining (engine/chaining.py) ---------------------------------------------------
 
     def reserve(self, queue: str, n: int) -> int:
         """Take up to `n` free slots of `queue` for work this worker will lease to itself
@@ -118,22 +121,67 @@ class Worker:
         if full:
             self.wakes[queue].set()
 
-    def chain_after(self, loop_id: uuid.UUID, generation: uuid.UUID) -> int | None:
-        """For a chaining tool call on `generation`: the last message id this worker holds
-        of the loop's transcript, for a delta read (None: read it in full)."""
-        return self.history.after(loop_id, generation)
+    def _offer(
+        self, queue: str, history_after: Callable[[], int | None] | None = None
+    ) -> Chain | None:
+        """The chain a job's finalizer may lease `queue` work to this worker through."""
+        if not self.runtime.settings.chaining or queue not in self.queues:
+            return None
+        chain = Chain(queue=queue, reserve=lambda n: self.reserve(queue, n))
+        if history_after is not None:
+            chain.history_after = history_after
+        return chain
+
+    def _settle(self, chain: Chain, loop_id: uuid.UUID, *, cancelled: bool) -> None:
+        """After a job's stack returned or raised: run what its finalizer leased here in the
+        slots it took, give back the rest; what a write that did not return (or a cancelled
+        job) may have leased goes back to the queue at once."""
+        work = chain.leased
+        if work is None or cancelled:
+            self.unreserve(chain.queue, chain.taken)
+            if chain.tokens and (work is None or work.slots):
+                self._hand_back(chain, loop_id)
+            return
+        extra = work.slots - chain.taken
+        if extra > 0:  # a finalizer that leased more than it took: run it all the same
+            self.busy[chain.queue] += extra
+        else:
+            self.unreserve(chain.queue, -extra)
+        for claim in work.tools:
+            assert claim.tool_call is not None and claim.tool_call.lease_token is not None
+            self.run_leased_tool(claim, claim.tool_call.lease_token)
+        if work.turn is not None:
+            self.run_leased_turn(work.turn, work.prefetch)
+
+    def _hand_back(self, chain: Chain, loop_id: uuid.UUID) -> None:
+        tokens = list(chain.tokens)
+
+        async def tools(conn: Connection) -> None:
+            await tool_calls.release_own(conn, loop_id=loop_id, tokens=tokens)
+
+        async def turn(conn: Connection) -> None:
+            await loops.release_leases(conn, ids=[loop_id], tokens=tokens)
+            await jobs.notify(conn, queue="llm")
+
+        if chain.queue == "tool":
+            dispatch.hand_back(self.runtime, tools, what="chained tool calls", loop_id=loop_id)
+        else:
+            dispatch.hand_back(self.runtime, turn, what="chained turn", loop_id=loop_id)
 
     def run_leased_turn(self, loop: Loop, prefetch: jobs.TurnPrefetch | None) -> None:
+        """Run a turn already claimed for this worker (in a slot taken by reserve())."""
         assert loop.execution_token is not None
         self._spawn(
             "llm",
             loop.id,
             self._run_turn(loop, prefetch),
             reserved=True,
+            chained=True,
             token=loop.execution_token,
         )
 
     def run_leased_tool(self, claim: jobs.ToolClaim, lease_token: uuid.UUID) -> None:
+        """Run a call already leased to this worker (in a slot taken by reserve())."""
         tc = claim.tool_call
         assert tc is not None and claim.generation is not None
         self._spawn(
@@ -141,6 +189,7 @@ class Worker:
             tc.loop_id,
             self._run_tool(tc, lease_token, claim.generation, claim.agent, claim),
             reserved=True,
+            chained=True,
             tool_call_id=tc.id,
             token=claim.generation,
         )
@@ -241,13 +290,20 @@ class Worker:
         return True
 
     def _spawn(
-        self, queue: str, loop_id: uuid.UUID, coro: Any, *, reserved: bool = False, **info: Any
+        self,
+        queue: str,
+        loop_id: uuid.UUID,
+        coro: Any,
+        *,
+        reserved: bool = False,
+        chained: bool = False,
+        **info: Any,
     ) -> None:
         if not reserved:
             self.busy[queue] += 1
         # A chained job is spawned from inside its turn's task: give it the worker's own
         # context, not the turn's (log ids, trace span), like a claimed job has.
-        ctx = self.context.copy() if reserved and self.context is not None else None
+        ctx = self.context.copy() if chained and self.context is not None else None
         task = asyncio.get_running_loop().create_task(coro, name=f"{queue}-{loop_id}", context=ctx)
         self.tasks[task] = {"queue": queue, "loop_id": loop_id, **info}
         self.claimed.fire()
@@ -282,18 +338,26 @@ class Worker:
         started = time.monotonic()
         if prefetch is not None:
             prefetch = await self._whole_history(loop, prefetch)
-        ctx = TurnContext(runtime=rt, loop=loop, execution_token=token, prefetch=prefetch)
+        ctx = TurnContext(
+            runtime=rt,
+            loop=loop,
+            execution_token=token,
+            prefetch=prefetch,
+            chain=self._offer("tool"),
+        )
         job_id = self.tasks.get(task, {}).get("job_id")  # type: ignore[arg-type]
         with scopes.turn(rt.telemetry, ctx, worker=str(rt.worker_id), job_id=job_id):
             bound.debug("turn.claimed")
             await self._supervise(
-                lambda: rt.stacks.llm(agent_cls)(ctx),
+                lambda: self.stacks.llm(agent_cls)(ctx),
                 kind="turn",
                 lease=lease,
                 bound=bound,
                 outcome=lambda o: rt.telemetry.turn_outcome(ctx, TurnOutcome(o)),
                 done=self.turn_done,
                 done_fields=lambda: {"seconds": round(time.monotonic() - started, 3)},
+                chain=ctx.chain,
+                loop_id=loop.id,
             )
 
     async def _whole_history(self, loop: Loop, pre: jobs.TurnPrefetch) -> jobs.TurnPrefetch:
@@ -331,7 +395,13 @@ class Worker:
         if rt.renewer is not None:
             lease = rt.renewer.register_tool(tc.id, lease_token, rt.tool_lease_seconds(), task)
             self.tasks.get(task, {})["lease"] = lease  # type: ignore[arg-type]
-        ctx = ToolContext(runtime=rt, tool_call=tc, lease_token=lease_token, generation=generation)
+        ctx = ToolContext(
+            runtime=rt,
+            tool_call=tc,
+            lease_token=lease_token,
+            generation=generation,
+            chain=self._offer("llm", lambda: self.history.after(tc.loop_id, generation)),
+        )
         if claim is not None and claim.loop is not None:
             ctx.prefetched = (claim.loop, claim.tool)  # AgentInitialization reads nothing
         job_id = self.tasks.get(task, {}).get("job_id")  # type: ignore[arg-type]
@@ -340,13 +410,15 @@ class Worker:
         ):
             bound.debug("tool_call.claimed", tool=tc.name)
             await self._supervise(
-                lambda: rt.stacks.tool(agent_cls)(ctx),
+                lambda: self.stacks.tool(agent_cls)(ctx),
                 kind="tool_call",
                 lease=lease,
                 bound=bound,
                 outcome=lambda o: rt.telemetry.tool_call_outcome(ctx, ToolCallOutcome(o)),
                 done=self.tool_done,
                 done_fields=lambda: {"held": ctx.held},
+                chain=ctx.chain,
+                loop_id=tc.loop_id,
             )
 
     async def _supervise(
@@ -359,15 +431,20 @@ class Worker:
         outcome: Callable[[TurnOutcome | ToolCallOutcome], None],
         done: Signal,
         done_fields: Callable[[], dict[str, Any]],
+        chain: Chain | None,
+        loop_id: uuid.UUID,
     ) -> None:
         """Run one job's pipeline. A lost lease or a pause/stop cancels it quietly (it wrote
         nothing); shutdown's cancellation propagates; a crash is logged, never re-raised
-        into the worker. The lease is always unregistered."""
+        into the worker. Then what its finalizer leased to this worker runs (chaining),
+        unless it was cancelled. The lease is always unregistered."""
         task = asyncio.current_task()
+        cancelled = False
         try:
             await run()
             bound.debug(f"{kind}.done", **done_fields())
         except asyncio.CancelledError:
+            cancelled = True
             info = self.tasks.get(task, {})  # type: ignore[arg-type]
             told = info.get("cancelled_by")  # a pause/stop/regenerate, not a lost lease
             lost = told is None and lease is not None and lease.lost
@@ -381,6 +458,8 @@ class Worker:
             outcome(TurnOutcome.FAILED)
             bound.exception(f"{kind}.crashed")
         finally:
+            if chain is not None:
+                self._settle(chain, loop_id, cancelled=cancelled)
             if lease is not None and self.runtime.renewer is not None:
                 self.runtime.renewer.unregister(lease)
             done.fire()

@@ -3,7 +3,7 @@
 Guarantee: a positional edit naming an absent middleware raises UnknownMiddleware;
 `delete` is lenient; building never mutates the builder.
 Never: instantiates a middleware before `build`.
-Called by: engine.stacks (global configuration, then each agent's configure hook).
+Called by: pipeline.stacks (global configuration, then each agent's configure hook).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ class TurnPrefetch:
     # Set: a delta — only the messages after this id (and their tool calls); the caller
     # holds the rest (engine/history_cache.py merges them).
     after: int | None = None
-    # The worker's render memo for the loop (engine/prompt.py `Rendered`), when it holds one.
+    # The worker's render memo for the loop (engine/transcript.py `Rendered`), when it holds one.
     rendered: Any = None
 
 

@@ -6,7 +6,7 @@ Tolerates: workers dying mid-call (an unsettled request only counts while its tu
 holds its lease on the same generation), any number of concurrent admitters and blockers.
 Never: stores an api token (rows are keyed by a fingerprint); holds the lock past the
 admission's transaction.
-Called by: engine.limits (NetworkCalling), api (GET /v1/providers, metrics, dashboard).
+Called by: pipeline.llm.limits (NetworkCalling), api (GET /v1/providers, metrics, dashboard).
 """
 
 from __future__ import annotations

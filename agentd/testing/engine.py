@@ -10,6 +10,7 @@ from typing import Any
 
 from agentd.db.pool import Pool
 from agentd.engine.service import Engine
+from agentd.pipeline.stacks import Stacks
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
 
@@ -51,7 +52,7 @@ async def running_engine(
         registry=registry,
         url=url,
         queues=queues or list(settings.queues),
-        **kw,
+        **{"stacks": Stacks(), **kw},
     )
     stop = asyncio.Event()
     task = asyncio.create_task(engine.run(stop), name="test-engine")

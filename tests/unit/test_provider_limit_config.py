@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from agentd.agent import Agent
-from agentd.engine.limits import ProviderKey, ProviderLimits, estimate_tokens, limits_for
 from agentd.errors import ConfigError
 from agentd.llm.types import LLMRequest, Message, Provider
+from agentd.pipeline.llm.limits import ProviderKey, ProviderLimits, estimate_tokens, limits_for
 from agentd.registry import agent_from_config
 from agentd.settings import Settings, load_settings
 

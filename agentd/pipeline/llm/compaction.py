@@ -27,11 +27,12 @@ import uuid
 from agentd import logs
 from agentd.agent import Agent, resolve
 from agentd.db.pool import transaction
-from agentd.engine import costs, dispatch, loop_limits, prompt, tokens
+from agentd.engine import dispatch, loop_limits, transcript
 from agentd.engine.context import TurnContext
 from agentd.errors import FenceLost, LLMError, LLMProtocolError, MaxDurationExceeded
 from agentd.llm.types import LLMRequest, LLMResponse, Message, ToolSpec
 from agentd.pipeline.builder import Handler
+from agentd.pipeline.llm import costs, prompt, tokens
 from agentd.pipeline.wire import llm_events
 from agentd.store import events, loops, messages
 from agentd.store.models import Message as MessageRow
@@ -84,7 +85,7 @@ class Compaction:
             await self.app(ctx)
             return
         rows, calls = await ctx.prompt_inputs()
-        summary, current = prompt.prompt_rows(rows)
+        summary, current = transcript.prompt_rows(rows)
         ctx.history = prompt.render(agent.system_prompt, summary, current, calls)
         size = prompt_size(summary, current, ctx.history, ctx.tool_specs)
         if not needs_compaction(agent, size):
@@ -96,8 +97,8 @@ class Compaction:
             log.info("turn.compaction_skipped", loop_id=str(ctx.loop.id), prompt_tokens=size)
             await self.app(ctx)
             return
-        tokens.check_budget(agent, ctx.loop)  # a summary is a model call like any other
-        costs.check_budget(agent, ctx.loop)
+        loop_limits.check_token_budget(agent, ctx.loop)  # a summary is a model call like any other
+        loop_limits.check_cost_budget(agent, ctx.loop)
         await self._compact(ctx, plan, calls, size)
 
     async def _compact(

@@ -18,11 +18,12 @@ import time
 
 from agentd.agent import resolve
 from agentd.db.pool import transaction
-from agentd.engine import costs, limits, loop_limits, prompt, tokens
+from agentd.engine import loop_limits
 from agentd.engine.context import TurnContext
 from agentd.errors import FenceLost, LLMError, MaxDurationExceeded, MaxStepsExceeded
 from agentd.llm.types import LLMRequest, StreamDelta
 from agentd.pipeline.builder import Handler
+from agentd.pipeline.llm import limits, prompt
 from agentd.pipeline.wire import llm_events
 from agentd.store import events, messages
 
@@ -38,8 +39,8 @@ class NetworkCalling:
         if loop_limits.at_max_steps(agent, ctx.loop):
             limit = loop_limits.max_steps(agent, ctx.loop)
             raise MaxStepsExceeded(f"max_steps ({limit}) reached")
-        tokens.check_budget(agent, ctx.loop)
-        costs.check_budget(agent, ctx.loop)
+        loop_limits.check_token_budget(agent, ctx.loop)
+        loop_limits.check_cost_budget(agent, ctx.loop)
         provider = await resolve(agent.llm_provider())
         if not ctx.history:  # Compaction (or a host middleware) may have built it already
             rows, calls = await ctx.prompt_inputs()

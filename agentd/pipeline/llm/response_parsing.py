@@ -3,10 +3,12 @@
 Position: last. Reads: ctx.response. Writes, in ONE statement (one round trip, one
 commit: store/sql/loops.sql `loop_finalize_turn_all`) fenced by the turn's execution token:
 the loop (step, status, tokens: usage, or a flagged chars/4 estimate; cost and speed
-totals, engine/costs.py), the assistant message
-(promoting the streaming shell), its tool calls, their jobs (all, or only the first when
-sequential), the turn's events and, for an observed loop, the observers' notifications.
-Zero rows on the fence: FenceLost, nothing written.
+totals, pipeline/llm/costs.py), the assistant message (promoting the streaming shell), its
+tool calls, their jobs (all, or only the first when sequential), the turn's events and, for
+an observed loop, the observers' notifications. Zero rows on the fence: FenceLost, nothing
+written. Chaining (engine/chaining.py): as many calls as the worker lends tool slots for
+are inserted leased to it, and returned in ctx.chain.leased for the worker to run once the
+stack returns.
 Finalizer: yes — replacing this forfeits the fences.
 """
 
@@ -16,13 +18,15 @@ import uuid
 from typing import Any
 
 from agentd.db.pool import connection
-from agentd.engine import costs, dispatch, tokens
+from agentd.engine import dispatch
+from agentd.engine.chaining import LeasedWork
 from agentd.engine.context import TurnContext
 from agentd.errors import FenceLost
 from agentd.observability import tracing
 from agentd.pipeline.builder import Handler
+from agentd.pipeline.llm import costs, tokens
 from agentd.states import TurnOutcome
-from agentd.store import jobs, loops, tool_calls
+from agentd.store import jobs, loops
 from agentd.store.models import NewEvent
 
 
@@ -56,54 +60,43 @@ class ResponseParsing:
             loop_id=ctx.loop.id,
             reason=resp.finish_reason,
         )  # the statement adds its message id and the {step, tool_calls} log
-        # Chaining: the calls this worker has free tool slots for are leased to it by the
-        # finalize itself and run here at once; the rest are queued for any worker.
-        handoff = runtime.handoff
-        own = handoff.reserve("tool", 1 if sequential else len(rows)) if handoff and rows else 0
+        # Chaining: the calls the worker has free tool slots for (ctx.chain) are leased to
+        # it by the finalize itself; the rest are queued for any worker. The worker runs
+        # what this returns in ctx.chain.leased once the stack has returned.
+        chain = ctx.chain
+        own = chain.take(1 if sequential else len(rows)) if chain is not None and rows else 0
         tokens_own = [uuid.uuid4() for _ in range(own)]
-        try:
-            done = await self._finalize(ctx, rows, used, spent, sequential, turn_event, tokens_own)
-        except BaseException:
-            if handoff is not None:
-                handoff.unreserve("tool", own)
-                if own:  # it may have committed before the error or cancellation reached us
-                    loop_id = ctx.loop.id
-                    dispatch.hand_back(
-                        runtime,
-                        lambda conn: tool_calls.release_own(
-                            conn, loop_id=loop_id, tokens=tokens_own
-                        ),
-                        what="chained tool calls",
-                        loop_id=loop_id,
-                    )
-            raise
+        if chain is not None:
+            chain.tokens = tokens_own  # handed back if the write raises (it may have committed)
+        done = await self._finalize(ctx, rows, used, spent, sequential, turn_event, tokens_own)
         if done is None:
-            if handoff is not None:
-                handoff.unreserve("tool", own)
+            if chain is not None:
+                chain.leased = LeasedWork()  # the fence held nothing: nothing was written
             raise FenceLost()
         loop = done.loop
         ctx.events_flushed = True
         ctx.finished = True
         ctx.loop = loop
+        if chain is not None:
+            by_name = {t.name: t for t in ctx.tools}
+            chain.leased = LeasedWork(
+                tools=tuple(
+                    jobs.ToolClaim(
+                        job_id=0,
+                        generation=ctx.execution_token,
+                        tool_call=tc,
+                        agent=loop.agent,
+                        loop=loop,
+                        tool=by_name.get(tc.name),
+                    )
+                    for tc in done.leased_calls
+                )
+            )
         runtime.telemetry.turn_outcome(
             ctx, TurnOutcome.TOOL_CALLS if calls else TurnOutcome.COMPLETED
         )
         if spent.cost is not None:
             runtime.telemetry.llm_cost(agent=loop.agent, model=spent.model, cost=spent.cost)
-        if handoff is not None:
-            handoff.unreserve("tool", own - len(done.leased_calls))
-            by_name = {t.name: t for t in ctx.tools}
-            for tc in done.leased_calls:
-                assert tc.lease_token is not None
-                claim = jobs.ToolClaim(
-                    job_id=0,
-                    generation=ctx.execution_token,
-                    tool_call=tc,
-                    agent=loop.agent,
-                    loop=loop,
-                    tool=by_name.get(tc.name),
-                )
-                handoff.run_leased_tool(claim, tc.lease_token)
         if done.jobs_enqueued:
             dispatch.wake(runtime, "tool")
         await self.app(ctx)

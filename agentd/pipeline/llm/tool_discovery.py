@@ -32,13 +32,13 @@ import httpx
 from agentd import logs, redact
 from agentd.agent import agent_mcp_configs
 from agentd.db.pool import connection, transaction
-from agentd.engine import deferral
 from agentd.engine.context import TurnContext
 from agentd.errors import AgentdError, FenceLost, ToolTimeout, ToolTransportError
 from agentd.llm.types import ToolSpec
 from agentd.mcp.config import McpServerConfig
 from agentd.mcp.port import CallContext
 from agentd.pipeline.builder import Handler
+from agentd.pipeline.llm import deferral
 from agentd.pipeline.wire import mcp_events
 from agentd.store import events, loops, mcp
 from agentd.store.models import NewEvent

@@ -7,7 +7,9 @@ by the generation and the call's lease token: records the result ToolExecution h
 `tool` message, marks the call responded, then sequential: enqueues the next unresolved call
 in model order; and in both modes the completion gate — the job that records the last
 result enqueues the next LLM turn, so N parallel calls queue it exactly once (the siblings
-are read after the lock is taken, never from an older snapshot).
+are read after the lock is taken, never from an older snapshot). Chaining
+(engine/chaining.py): with an LLM slot lent, that job is instead the next turn claimed for
+this worker, returned in ctx.chain.leased for the worker to run once the stack returns.
 Finalizer: yes — replacing this forfeits the fences.
 """
 
@@ -16,13 +18,14 @@ from __future__ import annotations
 import dataclasses
 import uuid
 
-from agentd.db.pool import Connection, connection
+from agentd.db.pool import connection
 from agentd.engine import dispatch
+from agentd.engine.chaining import Chain, LeasedWork
 from agentd.engine.context import ToolContext
 from agentd.errors import FenceLost
 from agentd.pipeline.builder import Handler
 from agentd.states import ToolCallOutcome, TransitionReason
-from agentd.store import jobs, loops, tool_calls
+from agentd.store import tool_calls
 from agentd.store.models import NewEvent
 
 
@@ -37,38 +40,27 @@ class ResponseCreation:
         assert agent is not None
         woke: list[str] = []
         cp: tool_calls.Checkpoint | None = ctx.metadata.get("checkpoint")
-        # Chaining: with a free LLM slot here, the result that resolves the turn's last call
-        # claims the loop's next turn for this worker in the same statement.
-        handoff = runtime.handoff
-        slot = handoff.reserve("llm", 1) if handoff is not None else 0
+        # Chaining: with an LLM slot lent by the worker (ctx.chain), the result that resolves
+        # the turn's last call claims the loop's next turn for this worker in the same
+        # statement; the worker runs it, from ctx.chain.leased, once the stack has returned.
+        chain = ctx.chain
+        slot = chain.take(1) if chain is not None else 0
         new_token = uuid.uuid4()
-        try:
-            done = await self._finish(ctx, cp, new_token, slot > 0)
-        except BaseException:
-            if handoff is not None and slot:
-                handoff.unreserve("llm", slot)
-                dispatch.hand_back(  # in case it committed
-                    runtime,
-                    lambda conn: _release_turn(conn, tc.loop_id, new_token),
-                    what="chained turn",
-                    loop_id=tc.loop_id,
-                )
-            raise
+        if chain is not None and slot:
+            chain.tokens = [new_token]  # handed back if the write raises (it may have committed)
+        done = await self._finish(ctx, cp, new_token, chain if slot else None)
         if done is None:
-            if handoff is not None:
-                handoff.unreserve("llm", slot)
+            if chain is not None:
+                chain.leased = LeasedWork()  # nothing was written
             raise FenceLost()  # the generation moved on, the lease was lost, or answered
+        if chain is not None:
+            chain.leased = LeasedWork(turn=done.chained, prefetch=done.prefetch)
         if cp is not None:  # the folded checkpoint committed with the response
             ctx.metadata.pop("checkpoint", None)
             ctx.tool_call = dataclasses.replace(tc, executed_at=done.executed_at)
             runtime.telemetry.tool_call_outcome(
                 ctx, ToolCallOutcome.COMPLETED if cp.is_success else ToolCallOutcome.ERROR
             )
-        if handoff is not None:
-            if done.chained is not None:
-                handoff.run_leased_turn(done.chained, done.prefetch)
-            else:
-                handoff.unreserve("llm", slot)
         if done.tool_jobs:
             woke.append("tool")
         if done.llm_jobs:
@@ -79,7 +71,11 @@ class ResponseCreation:
         await self.app(ctx)
 
     async def _finish(
-        self, ctx: ToolContext, cp: tool_calls.Checkpoint | None, new_token: uuid.UUID, chain: bool
+        self,
+        ctx: ToolContext,
+        cp: tool_calls.Checkpoint | None,
+        new_token: uuid.UUID,
+        chain: Chain | None,
     ) -> tool_calls.Finished | None:
         tc = ctx.tool_call
         runtime = ctx.runtime
@@ -111,15 +107,6 @@ class ResponseCreation:
                     ),
                 ],
                 attach=[False] * len(ctx.events) + [True],
-                chain_worker=runtime.worker_id if chain else None,
-                chain_after=(
-                    runtime.handoff.chain_after(tc.loop_id, ctx.generation)
-                    if chain and runtime.handoff is not None
-                    else None
-                ),
+                chain_worker=runtime.worker_id if chain is not None else None,
+                chain_after=chain.history_after() if chain is not None else None,
             )
-
-
-async def _release_turn(conn: Connection, loop_id: uuid.UUID, token: uuid.UUID) -> None:
-    await loops.release_leases(conn, ids=[loop_id], tokens=[token])
-    await jobs.notify(conn, queue="llm")

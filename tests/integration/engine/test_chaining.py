@@ -9,6 +9,7 @@ its commit hands what it took back to the queue at once.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -16,6 +17,9 @@ import pytest
 
 from agentd.db.pool import Pool, connection
 from agentd.engine import worker as worker_mod
+from agentd.pipeline.llm.response_parsing import ResponseParsing
+from agentd.pipeline.stacks import Stacks
+from agentd.pipeline.tool.response_creation import ResponseCreation
 from agentd.registry import AgentRegistry
 from agentd.store import jobs, loops, tool_calls
 from agentd.testing import factories
@@ -138,6 +142,144 @@ async def test_chaining_off_queues_every_call_and_turn(
     calls = await run_one(pool, database_url, registry, fake_llm, chaining=False)
     assert sorted(tool_claims) == sorted(c.id for c in calls)
     assert len(turn_claims) == 2
+
+
+class UnchainedParsing(ResponseParsing):
+    """A turn finalizer written without chaining: it never looks at ctx.chain."""
+
+    async def __call__(self, ctx: Any) -> None:
+        ctx.chain = None
+        await super().__call__(ctx)
+
+
+class UnchainedCreation(ResponseCreation):
+    """A tool finalizer written without chaining."""
+
+    async def __call__(self, ctx: Any) -> None:
+        ctx.chain = None
+        await super().__call__(ctx)
+
+
+class TakesThenCrashes:
+    """A finalizer that takes slots and names leases, then fails before any write."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, ctx: Any) -> None:
+        assert ctx.chain is not None
+        ctx.chain.take(2)
+        ctx.chain.tokens = [uuid.uuid4(), uuid.uuid4()]
+        raise RuntimeError("finalizer bug")
+
+
+def _replacing(llm: type | None = None, tool: type | None = None) -> Stacks:
+    return Stacks(
+        configure_llm=(lambda b: b.replace(ResponseParsing, llm)) if llm else None,
+        configure_tool=(lambda b: b.replace(ResponseCreation, tool)) if tool else None,
+    )
+
+
+async def _idle(eng: Any) -> bool:
+    return eng.worker.in_flight == 0 and eng.worker.busy == {"llm": 0, "tool": 0}
+
+
+async def test_a_custom_turn_finalizer_chains_nothing_its_calls_are_claimed(
+    pool: Pool,
+    database_url: str,
+    registry: AgentRegistry,
+    fake_llm: FakeLLM,
+    tool_claims: list[int],
+) -> None:
+    script(fake_llm, 2)
+    stacks = _replacing(llm=UnchainedParsing)
+    async with running_engine(pool, database_url, registry, stacks=stacks) as eng:
+        loop = await eng.lifecycle.start(
+            agent="calc", message="add", state={"llm": fake_llm.base_url}
+        )
+        await eventually(lambda: completed(pool, loop.id))
+        await eventually(lambda: _idle(eng))  # every slot given back
+    async with connection(pool) as conn:
+        calls = await tool_calls.list_for_loop(conn, loop_id=loop.id)
+    assert sorted(tool_claims) == sorted(c.id for c in calls)  # all through the queue
+    assert all(c.is_success and c.response_message_id for c in calls)
+
+
+async def test_a_custom_tool_finalizer_chains_nothing_the_next_turn_is_claimed(
+    pool: Pool,
+    database_url: str,
+    registry: AgentRegistry,
+    fake_llm: FakeLLM,
+    turn_claims: list[uuid.UUID],
+) -> None:
+    script(fake_llm, 2)
+    stacks = _replacing(tool=UnchainedCreation)
+    async with running_engine(pool, database_url, registry, stacks=stacks) as eng:
+        loop = await eng.lifecycle.start(
+            agent="calc", message="add", state={"llm": fake_llm.base_url}
+        )
+        await eventually(lambda: completed(pool, loop.id))
+        await eventually(lambda: _idle(eng))
+    assert turn_claims == [loop.id, loop.id]  # the second turn came through the queue too
+
+
+async def test_slots_a_failed_finalizer_took_are_given_back(
+    pool: Pool, database_url: str, registry: AgentRegistry, fake_llm: FakeLLM
+) -> None:
+    script(fake_llm, 2)
+    stacks = _replacing(llm=TakesThenCrashes)
+    async with running_engine(pool, database_url, registry, stacks=stacks) as eng:
+        loop = await eng.lifecycle.start(
+            agent="calc", message="add", state={"llm": fake_llm.base_url}
+        )
+        await eng.worker.turn_done.wait_for(1, within=10)
+        await eventually(lambda: _idle(eng))  # the two slots it took came back
+        async with connection(pool) as conn:
+            row = await loops.get(conn, loop_id=loop.id)
+            assert await tool_calls.list_for_loop(conn, loop_id=loop.id) == []
+    assert row is not None and row.status == "failed" and row.step_count == 0
+
+
+class CancelledOnce:
+    """After the finalizer committed: the turn's task is cancelled (once) before the stack
+    returns, so what its finalize leased must go back to the queue."""
+
+    hits = 0
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, ctx: Any) -> None:
+        await self.app(ctx)
+        CancelledOnce.hits += 1
+        if CancelledOnce.hits == 1:
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            await asyncio.sleep(0)  # the cancellation lands here
+
+
+async def test_calls_leased_by_a_turn_cancelled_after_its_commit_go_back_to_the_queue(
+    pool: Pool,
+    database_url: str,
+    registry: AgentRegistry,
+    fake_llm: FakeLLM,
+    tool_claims: list[int],
+) -> None:
+    script(fake_llm, 2)
+    CancelledOnce.hits = 0
+    stacks = Stacks(configure_llm=lambda b: b.insert_after(ResponseParsing, CancelledOnce))
+    async with running_engine(pool, database_url, registry, stacks=stacks) as eng:
+        loop = await eng.lifecycle.start(
+            agent="calc", message="add", state={"llm": fake_llm.base_url}
+        )
+        await eventually(lambda: completed(pool, loop.id))
+        await eventually(lambda: _idle(eng))
+    async with connection(pool) as conn:
+        calls = await tool_calls.list_for_loop(conn, loop_id=loop.id)
+    assert sorted(tool_claims) == sorted(c.id for c in calls)  # handed back, then claimed
+    assert all(c.is_success and c.response_message_id for c in calls)
+    assert len(CALLS) == 2  # each ran once
 
 
 async def _finalize(conn: Any, loop_row: Any, own: list[uuid.UUID], worker: uuid.UUID) -> Any:

@@ -75,9 +75,8 @@ async def test_parallel_results_committed_at_the_same_instant_queue_one_next_tur
         pool=pool,
         registry=registry,
         llm=None,  # type: ignore[arg-type]
-        stacks=Stacks(),
     )
-    stack = runtime.stacks.tool(registry.get("calc"))
+    stack = Stacks().tool(registry.get("calc"))
     contexts: list[ToolContext] = []
     made = []
     async with transaction(pool) as conn:

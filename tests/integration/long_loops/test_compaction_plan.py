@@ -5,7 +5,8 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from agentd.engine import prompt
+from agentd.engine import transcript
+from agentd.pipeline.llm import prompt
 from agentd.store.models import Message
 
 LOOP = uuid.uuid4()
@@ -65,7 +66,7 @@ def test_a_later_compaction_folds_the_summary_and_skips_what_it_covered() -> Non
         row(6, "user"),
         row(7, "assistant"),
     ]
-    summary, current = prompt.prompt_rows(rows)
+    summary, current = transcript.prompt_rows(rows)
     assert summary is not None and summary.id == 4
     assert [r.id for r in current] == [2, 3, 5, 6, 7]
     plan = prompt.plan_compaction(rows, keep_tail=1)

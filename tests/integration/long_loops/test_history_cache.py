@@ -15,9 +15,10 @@ import pytest
 from long_loops_kit import CompactingAgent, history, in_status
 
 from agentd.db.pool import Pool, connection
-from agentd.engine import prompt
+from agentd.engine import transcript
 from agentd.engine.history_cache import HistoryCache
 from agentd.engine.worker import Worker
+from agentd.pipeline.llm import prompt
 from agentd.registry import AgentRegistry
 from agentd.store import jobs
 from agentd.store.models import Message as MessageRow
@@ -192,7 +193,7 @@ def test_render_memo_reuses_only_the_same_row_and_call_objects() -> None:
     call = CallRow(**{**fields, "id": 7, "loop_id": lid, "message_id": 1, "position": 0,
                       "provider_call_id": "c7", "name": "add", "arguments": {"a": 1},
                       "metadata": {}, "is_success": True})  # fmt: skip
-    memo: prompt.Rendered = {}
+    memo: transcript.Rendered = {}
     first = prompt.history("s", [asked, answer], [call], memo=memo)
     again = prompt.history("s", [asked, answer], [call], memo=memo)
     assert again[1] is first[1] and again[2] is first[2]  # reused

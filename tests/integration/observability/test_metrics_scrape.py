@@ -14,6 +14,7 @@ from agentd.db.pool import Pool, connection
 from agentd.engine.reaper import Reaper
 from agentd.engine.service import Engine
 from agentd.observability.metrics import Telemetry
+from agentd.pipeline.stacks import Stacks
 from agentd.registry import AgentRegistry
 from agentd.store import loops
 from agentd.testing.engine import eventually, fast_settings, running_engine
@@ -156,7 +157,9 @@ async def test_worker_metrics_need_a_token_unless_public(
     pool: Pool, database_url: str, registry: AgentRegistry
 ) -> None:
     settings = fast_settings(read_tokens=["reader"])
-    engine = Engine(settings=settings, pool=pool, registry=registry, url=database_url)
+    engine = Engine(
+        settings=settings, pool=pool, registry=registry, url=database_url, stacks=Stacks()
+    )
     transport = httpx.ASGITransport(app=probes.create_app(engine))
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
         assert (await http.get("/metrics")).status_code == 401

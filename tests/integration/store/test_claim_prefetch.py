@@ -6,8 +6,9 @@ from __future__ import annotations
 import uuid
 
 from agentd.db.pool import Pool, connection, transaction
-from agentd.engine import prompt
+from agentd.engine import transcript
 from agentd.engine.lifecycle import Lifecycle
+from agentd.pipeline.llm import prompt
 from agentd.store import jobs, messages, tool_calls
 from agentd.testing import agents
 from agentd.testing.engine import fast_settings
@@ -54,7 +55,7 @@ async def test_claim_prefetch_builds_the_same_prompt_as_a_fresh_read(pool: Pool)
         all_calls = await tool_calls.list_for_loop(conn, loop_id=loop.id)
     assert claim is not None and claim.loop is not None and claim.prefetch is not None
     pre = claim.prefetch
-    assert prompt.prompt_rows(pre.messages) == prompt.prompt_rows(rows)
+    assert transcript.prompt_rows(pre.messages) == transcript.prompt_rows(rows)
     assert prompt.history("sys", pre.messages, pre.tool_calls) == prompt.history(
         "sys", rows, all_calls
     )

@@ -43,7 +43,6 @@ def runtime(pool: Pool, registry: AgentRegistry) -> Runtime:
         pool=pool,
         registry=registry,
         llm=None,  # type: ignore[arg-type]  # no turn here reaches the network
-        stacks=None,  # type: ignore[arg-type]
     )
 
 

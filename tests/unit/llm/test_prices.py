@@ -12,11 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from agentd.engine import costs
-from agentd.engine.tokens import TurnTokens
+from agentd.engine import loop_limits
 from agentd.errors import ConfigError, CostBudgetExceeded
 from agentd.llm import prices
 from agentd.llm.types import LLMRequest, LLMResponse, Provider, Usage
+from agentd.pipeline.llm import costs
+from agentd.pipeline.llm.tokens import TurnTokens
 from agentd.registry import agent_from_config
 from agentd.settings import load_settings
 from agentd.store.models import Loop
@@ -128,13 +129,18 @@ def test_a_bad_agent_price_is_a_config_error_naming_the_shape() -> None:
 def test_budget_from_state_wins_and_pauses_once_spent() -> None:
     agent = SimpleNamespace(max_cost=10)
     loop = loop_row(state={"max_cost": "0.5"}, cost=Decimal("0.4"))
-    assert costs.budget(agent, loop) == Decimal("0.5")
-    costs.check_budget(agent, loop)  # not spent yet
+    assert loop_limits.cost_budget(agent, loop) == Decimal("0.5")
+    loop_limits.check_cost_budget(agent, loop)  # not spent yet
     with pytest.raises(CostBudgetExceeded, match=r"max_cost 0.5 USD\) reached: 0.5 USD spent"):
-        costs.check_budget(agent, loop_row(state={"max_cost": "0.5"}, cost=Decimal("0.5")))
+        loop_limits.check_cost_budget(
+            agent, loop_row(state={"max_cost": "0.5"}, cost=Decimal("0.5"))
+        )
     # no price known: nothing is spent, nothing pauses
-    costs.check_budget(agent, loop_row(state={"max_cost": "0.5"}, cost=None))
-    assert costs.budget(SimpleNamespace(max_cost=None), loop_row(state={"max_cost": "x"})) is None
+    loop_limits.check_cost_budget(agent, loop_row(state={"max_cost": "0.5"}, cost=None))
+    assert (
+        loop_limits.cost_budget(SimpleNamespace(max_cost=None), loop_row(state={"max_cost": "x"}))
+        is None
+    )
 
 
 DOC = Path(__file__).parents[3] / "docs" / "configuration.md"
@@ -155,7 +161,7 @@ def test_the_documented_price_configuration_loads() -> None:
     settings = load_settings(prices=data["prices"])
     assert settings.prices["gpt-4o"].input == Decimal("2.50")
     agent = agent_from_config("support", data["agents"]["support"])
-    assert costs.budget(agent, loop_row(state={})) == Decimal(5)
+    assert loop_limits.cost_budget(agent, loop_row(state={})) == Decimal(5)
     spent = costs.price_for(settings, agent, None, LLMResponse())
     assert spent == prices.Price(input=Decimal(3), output=Decimal(12))
     configured = {

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING
 
 from agentd import logs
 from agentd.db.pool import connection, transaction
-from agentd.engine import deferral
 from agentd.errors import LLMError, LLMStatusError
 from agentd.llm.types import LLMRequest, Provider, Usage
+from agentd.pipeline.llm import deferral
 from agentd.pipeline.wire import llm_events
 from agentd.states import TransitionReason
 from agentd.store import providers

@@ -1,12 +1,12 @@
-"""Cost and speed accounting of a model call, and the loop's cost budget.
+"""Cost and speed accounting of a model call.
 
 Guarantee: every finalized turn gets a TurnCost: its cost (an exact decimal, or None when
 no price is known for its model: never a made-up 0), its reasoning tokens, its speed
 (output tokens per second of generation) and the seconds and tokens that speed counts.
 Tolerates: any agent attribute shape (plain values or properties, prices as a mapping).
 Never: touches the database; the finalizers write what it computes (in their statement).
-Called by: ResponseParsing and Compaction (accounting), NetworkCalling and Compaction
-(the budget check, before the model is called).
+Called by: ResponseParsing and Compaction (the loop's cost budget, checked before the model
+is called: engine/loop_limits.py).
 """
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from agentd.engine.tokens import TurnTokens
-from agentd.errors import ConfigError, CostBudgetExceeded
+from agentd.errors import ConfigError
 from agentd.llm import prices
 from agentd.llm.types import LLMRequest, LLMResponse
+from agentd.pipeline.llm.tokens import TurnTokens
 from agentd.settings import Settings
-from agentd.store.models import Loop
 
 
 @dataclass(frozen=True)
@@ -107,29 +106,3 @@ def of_turn(
         tps=tps,
         generation_seconds=seconds,
     )
-
-
-def _positive(value: Any) -> Decimal | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        d = value if isinstance(value, Decimal) else Decimal(str(value))
-    except (InvalidOperation, ValueError):
-        return None
-    return d if d.is_finite() and d > 0 else None
-
-
-def budget(agent: Any, loop: Loop) -> Decimal | None:
-    """The loop's cost budget in USD: loop state `max_cost`, else the agent's."""
-    override = loop.state.get("max_cost") if isinstance(loop.state, dict) else None
-    return _positive(override) or _positive(getattr(agent, "max_cost", None))
-
-
-def check_budget(agent: Any, loop: Loop) -> None:
-    """Before a turn calls the model: raise CostBudgetExceeded once the budget is spent."""
-    limit = budget(agent, loop)
-    if limit is not None and loop.cost is not None and loop.cost >= limit:
-        raise CostBudgetExceeded(
-            f"cost budget (max_cost {prices.money(limit)} USD) reached: "
-            f"{prices.money(loop.cost)} USD spent"
-        )

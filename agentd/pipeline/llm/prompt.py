@@ -1,15 +1,17 @@
 """Turns stored messages and tool calls into the dialect-neutral prompt history.
 
-The prompt is `[system, summary?, messages after the summary's coverage...]`: hidden rows
-(streaming shells) and superseded rows (regenerate) never enter it, and of the compaction
-summaries only the latest counts. Every later prompt extends the previous one, so the
-provider's prefix cache keeps hitting (docs/long-loops.md: why not a sliding window).
+The prompt is `[system, summary?, messages after the summary's coverage...]`, of the rows
+engine/transcript.py picks (the worker's transcript cache keeps the same ones). Every
+later prompt extends the previous one, so the provider's prefix cache keeps hitting
+(docs/long-loops.md: why not a sliding window).
+Called by: NetworkCalling, Compaction.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentd.engine import transcript
 from agentd.llm.types import Message, ToolCallRequest
 from agentd.store.models import Message as MessageRow
 from agentd.store.models import ToolCall
@@ -18,17 +20,6 @@ SUMMARY_HEADER = (
     "[Summary of the earlier conversation. The messages it covers are no longer shown; "
     "continue from it.]"
 )
-
-
-def prompt_rows(rows: list[MessageRow]) -> tuple[MessageRow | None, list[MessageRow]]:
-    """(the latest compaction summary or None, the rows the prompt shows after it)."""
-    live = [r for r in rows if not r.hidden and r.superseded_at is None]
-    summary = None
-    for r in live:
-        if r.summary_through is not None and (summary is None or r.id > summary.id):
-            summary = r
-    through = summary.summary_through if summary is not None else 0
-    return summary, [r for r in live if r.summary_through is None and r.id > (through or 0)]
 
 
 @dataclass(frozen=True)
@@ -47,7 +38,7 @@ def plan_compaction(rows: list[MessageRow], keep_tail: int) -> CompactionPlan | 
 
     The tail never starts with a tool result: an assistant message stays with its results.
     """
-    summary, current = prompt_rows(rows)
+    summary, current = transcript.prompt_rows(rows)
     start = max(0, len(current) - max(0, keep_tail))
     while 0 < start < len(current) and current[start].role == "tool":
         start -= 1
@@ -56,22 +47,14 @@ def plan_compaction(rows: list[MessageRow], keep_tail: int) -> CompactionPlan | 
     return CompactionPlan(summary=summary, old=current[:start], tail=current[start:])
 
 
-# row id -> (the row, the tool calls it was rendered with, its Message): what `render`
-# built for a row object the caller will pass again (engine/history_cache.py keeps one per
-# loop), so a long loop's prompt re-renders only its new rows. An entry is reused only for
-# the very same row and call objects; the Message is shared, so prompts are read, not
-# mutated in place (middlewares replace ctx.history or its items).
-Rendered = dict[int, tuple[MessageRow, tuple[ToolCall, ...], Message]]
-
-
 def history(
     system_prompt: str,
     rows: list[MessageRow],
     calls: list[ToolCall],
     *,
-    memo: Rendered | None = None,
+    memo: transcript.Rendered | None = None,
 ) -> list[Message]:
-    summary, current = prompt_rows(rows)
+    summary, current = transcript.prompt_rows(rows)
     return render(system_prompt, summary, current, calls, memo=memo)
 
 
@@ -85,7 +68,7 @@ def render(
     rows: list[MessageRow],
     calls: list[ToolCall],
     *,
-    memo: Rendered | None = None,
+    memo: transcript.Rendered | None = None,
 ) -> list[Message]:
     by_message: dict[int, list[ToolCall]] = {}
     by_id: dict[int, ToolCall] = {}

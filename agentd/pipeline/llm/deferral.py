@@ -3,7 +3,7 @@
 Guarantee: one transaction, fenced by the turn's execution token — the loop goes back to
 queued with a job due at `run_at`, the turn's unflushed events and the given ones are
 written, and an observed loop's watchers get a `queued` status. A lost fence writes nothing.
-Called by: engine.limits (provider back-off, max_concurrency), pipeline.llm.tool_discovery
+Called by: pipeline.llm.limits (provider back-off, max_concurrency), pipeline.llm.tool_discovery
 (an MCP outage).
 """
 

@@ -1,21 +1,17 @@
-"""Token accounting: provider usage or a chars/4 estimate, prompt size, the loop's budget.
+"""Token accounting of a model call: provider usage or a chars/4 estimate, prompt size.
 
 Guarantee: every finalized turn gets a (prompt, completion, cached) triple; when the
 provider reported no usage the triple is an estimate and says so (`estimated=True`).
-Tolerates: any agent attribute shape (plain values or properties).
 Never: touches the database; the finalizers write what it computes.
-Called by: ResponseParsing, Compaction, NetworkCalling (the budget check).
+Called by: ResponseParsing, Compaction (the loop's token budget: engine/loop_limits.py).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
-from agentd.errors import TokenBudgetExceeded
 from agentd.llm.types import LLMRequest, LLMResponse, Message, ToolSpec
-from agentd.store.models import Loop
 
 CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD = 4  # role and separators: what chat templates add per message
@@ -62,25 +58,3 @@ def of_turn(request: LLMRequest | None, response: LLMResponse) -> TurnTokens:
         tool_calls=response.tool_calls,
     )
     return TurnTokens(prompt, estimate_messages([answer]) - MESSAGE_OVERHEAD, 0, True)
-
-
-def budget(agent: Any, loop: Loop) -> int | None:
-    """The loop's token budget: loop state `max_tokens_total`, else the agent's."""
-    override = loop.state.get("max_tokens_total") if isinstance(loop.state, dict) else None
-    if isinstance(override, int) and not isinstance(override, bool) and override > 0:
-        return override
-    value = getattr(agent, "max_tokens_total", None)
-    return value if isinstance(value, int) and value > 0 else None
-
-
-def spent(loop: Loop) -> int:
-    return loop.tokens_prompt + loop.tokens_completion
-
-
-def check_budget(agent: Any, loop: Loop) -> None:
-    """Before a turn calls the model: raise TokenBudgetExceeded once the budget is spent."""
-    limit = budget(agent, loop)
-    if limit is not None and spent(loop) >= limit:
-        raise TokenBudgetExceeded(
-            f"token budget (max_tokens_total {limit}) reached: {spent(loop)} tokens spent"
-        )
