@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from agentd import __about__, logs
+from agentd import __about__, event_loop, logs
 from agentd.api.serve import HttpServer, api_app
 from agentd.db.startup import Interrupted, open_database, ready_url
 from agentd.errors import (
@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> None:
         "demo": _demo,
     }
     try:
-        code = asyncio.run(commands[args.command](settings, args))
+        with asyncio.Runner(loop_factory=event_loop.factory(settings.event_loop)) as runner:
+            code = runner.run(commands[args.command](settings, args))
     except (KeyboardInterrupt, Interrupted):
         code = EXIT_INTERRUPTED
     except BaseException as exc:

@@ -80,6 +80,10 @@ _SHAPED_CORES = _prefix_cores("sk-") + _prefix_cores("AIza")
 # Every backslash escape is consumed left to right, as a JSON decoder does (so `\\\\u0073`
 # is a backslash and `u0073`, not an `s`).
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)|%([0-9a-fA-F]{2})", re.S)
+# Some escape other than the plain ones (`\\n`, `\\"`, ...). Searching for it anywhere finds
+# the same verdict as consuming escapes left to right: a backslash this finds is either an
+# escape's first character, or the second of a `\\\\`, itself not plain.
+_NOT_PLAIN = re.compile(r'\\[^ntrbf"]|%[0-9a-fA-F]{2}', re.S)
 _B64 = frozenset(string.ascii_letters + string.digits + "+/=_-")
 _JSON_PAIR = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:\s*"((?:[^"\\]|\\.)*)"', re.S)
 _MAX_DEPTH = 3  # decoding passes: JSON inside JSON inside a percent-encoded parameter
@@ -93,6 +97,13 @@ _MAX_KNOWN = 256
 _known: dict[str, tuple[str, ...]] = {}
 _known_items: tuple[tuple[str, tuple[str, ...]], ...] = ()
 _pinned: frozenset[str] = frozenset()
+
+# Every case-sensitive substring some detector needs before it can match (the lower-cased
+# ones are "bearer" and "basic"): a text holding none of them, with no escape a decoded view
+# could start from and no SSE body to join, is returned as it was without building a view.
+_FIXED_NEEDLES = tuple(n for n, lower, _ in _PATTERNS if not lower) + _SHAPED_CORES
+_LOWER_NEEDLES = tuple(n for n, lower, _ in _PATTERNS if lower)
+_needles: tuple[str, ...] = _FIXED_NEEDLES
 
 
 def remember(*values: str | None, pin: bool = False) -> None:
@@ -110,13 +121,22 @@ def remember(*values: str | None, pin: bool = False) -> None:
     # Per-loop secrets (a key from a loop's state) must not grow this without bound.
     for old in [k for k in known if k not in _pinned][: max(0, len(known) - _MAX_KNOWN)]:
         del known[old]
-    _known, _known_items = known, tuple(known.items())
+    _set_known(known)
 
 
 def forget_all() -> None:
     """Tests: start from no known secret."""
-    global _known, _known_items, _pinned
-    _known, _known_items, _pinned = {}, (), frozenset()
+    global _pinned
+    _pinned = frozenset()
+    _set_known({})
+
+
+def _set_known(known: dict[str, tuple[str, ...]]) -> None:
+    global _known, _known_items, _needles
+    needles = dict.fromkeys(_FIXED_NEEDLES)
+    for secret, cores in known.items():
+        needles.update(dict.fromkeys((secret, *cores)))
+    _known, _known_items, _needles = known, tuple(known.items()), tuple(needles)
 
 
 def _b64_cores(secret: str) -> tuple[str, ...]:
@@ -200,7 +220,6 @@ class _Joined:
 
 
 _SIMPLE = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
-_PLAIN_ESCAPES = frozenset({*_SIMPLE, '"'})
 
 
 def _unescape(m: re.Match[str]) -> str:
@@ -216,9 +235,9 @@ def _decode(view: _View) -> _View | None:
     """One decoding pass (JSON escapes and percent-encoding), or None when the text has only
     the escapes every JSON body is full of (`\\n`, `\\"`): they cannot hide a secret."""
     text = view.text
-    found = list(_ESCAPE.finditer(text))
-    if all(m.group(1) in _PLAIN_ESCAPES for m in found):
+    if _NOT_PLAIN.search(text) is None:
         return None
+    found = list(_ESCAPE.finditer(text))
     starts: list[int] = []
     origins: list[tuple[int, int, bool]] = []
     parts: list[str] = []
@@ -340,9 +359,22 @@ def _find_all(text: str, needle: str, out: list[tuple[int, int]]) -> list[tuple[
     return out
 
 
+def _may_hold(value: str) -> bool:
+    """False when no detector can match `value` or any view of it (see `_needles`)."""
+    for needle in _needles:
+        if needle in value:
+            return True
+    if ("\\" in value or "%" in value) and _NOT_PLAIN.search(value) is not None:
+        return True
+    if "data:" in value and '"' in value:
+        return True
+    low = value.lower()
+    return any(needle in low for needle in _LOWER_NEEDLES)
+
+
 def text(value: str) -> str:
     """`value` with every secret in it, in any form it decodes to, replaced by MASK."""
-    if not value:
+    if not value or not _may_hold(value):
         return value
     spans: list[tuple[int, int]] = []
     for view in _views(value):

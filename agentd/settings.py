@@ -290,6 +290,13 @@ class Settings(BaseSettings):
     log_format: Literal["auto", "json", "console"] = Field("auto", description="Log format.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Level.")
 
+    # --- process
+    event_loop: Literal["auto", "asyncio", "uvloop"] = Field(
+        "auto",
+        description="Event loop of the CLI's processes; auto: uvloop when installed (it is "
+        "with the default install on Linux), else asyncio's own.",
+    )
+
     # --- raw sections of the config file, validated by their owners
     config: Path | None = Field(None, description="TOML config file (also --config).")
     agents: dict[str, dict[str, Any]] = Field(default_factory=dict, description="[agents.*]")

@@ -17,6 +17,7 @@ from typing import Any
 
 from dbos import DBOS, DBOSConfig, Queue
 
+from agentd import event_loop
 from agentd.llm.types import Message, ToolCallRequest, ToolSpec
 from bench.workload import BareLoop
 
@@ -152,7 +153,10 @@ def main(argv: list[str]) -> None:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--prompt", default="go")
-    asyncio.run(run(p.parse_args(argv)))
+    p.add_argument("--event-loop", default="asyncio", choices=["auto", "asyncio", "uvloop"])
+    a = p.parse_args(argv)
+    with asyncio.Runner(loop_factory=event_loop.factory(a.event_loop)) as runner:
+        runner.run(run(a))
 
 
 if __name__ == "__main__":

@@ -8,9 +8,8 @@ import asyncio
 import uuid
 from typing import Any
 
-import httpx
-
 from agentd.llm.client import LLMClient
+from agentd.llm.http_pool import pooled_client
 from agentd.llm.types import LLMRequest, Message, Provider, ToolSpec
 from agentd.mcp.config import McpServerConfig
 from agentd.mcp.port import CallContext
@@ -50,9 +49,7 @@ class BareLoop:
         self.llm = llm or LLMClient()
         # One pooled HTTP client for every MCP call, as an agentd engine has (service.py):
         # without it each call opens a connection, which measures connects, not the loop.
-        self.mcp_http = httpx.AsyncClient(
-            timeout=None, limits=httpx.Limits(max_connections=500, max_keepalive_connections=100)
-        )
+        self.mcp_http = pooled_client(max_connections=500, max_keepalive=100, timeout=None)
 
     async def aclose(self) -> None:
         await self.llm.aclose()

@@ -14,8 +14,6 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import httpx
-
 from agentd import logs, redact
 from agentd.db.listener import Listener
 from agentd.db.pool import Pool, connection
@@ -30,6 +28,7 @@ from agentd.engine.stacks import StackSource
 from agentd.engine.stream_flusher import StreamFlusher
 from agentd.engine.webhooks import WebhookDeliverer
 from agentd.engine.worker import Worker
+from agentd.llm.http_pool import pooled_client
 from agentd.observability.metrics import Telemetry
 from agentd.registry import AgentRegistry
 from agentd.settings import QUEUES, Settings
@@ -84,10 +83,7 @@ class Engine:
             consumes=frozenset(self.queues),
             telemetry=self.telemetry,
             # Per-request timeouts come from each server's entry (asyncio.timeout).
-            mcp_http=httpx.AsyncClient(
-                timeout=None,
-                limits=httpx.Limits(max_connections=500, max_keepalive_connections=100),
-            ),
+            mcp_http=pooled_client(max_connections=500, max_keepalive=100, timeout=None),
         )
         self.flusher = StreamFlusher(self.pool, self.settings.stream_flush_interval)
         self.runtime.flusher = self.flusher

@@ -18,7 +18,7 @@ import structlog
 
 from agentd import redact
 from agentd.errors import LLMError, LLMStatusError, LLMTimeout
-from agentd.llm import body, merge, retry, sse, transport
+from agentd.llm import body, http_pool, merge, retry, sse, transport
 from agentd.llm.dialects import get_dialect
 from agentd.llm.dialects.base import Dialect, load_json
 from agentd.llm.types import LLMRequest, LLMResponse, OnDelta, StreamDelta, WireExchange
@@ -98,8 +98,9 @@ class LLMClient:
         self.default_read_timeout = default_read_timeout
         self._owns_http = http is None
         # One pool per process; hundreds of turns may stream at once.
-        self._http = http or httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
+        self._http = http or http_pool.pooled_client(
+            max_connections=1000,
+            max_keepalive=200,
             timeout=httpx.Timeout(default_read_timeout, connect=10.0),
         )
 

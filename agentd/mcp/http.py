@@ -16,6 +16,7 @@ import httpx
 
 from agentd import redact
 from agentd.errors import McpError, McpSessionInvalid
+from agentd.llm import http_pool
 from agentd.mcp import eras, jsonrpc, server_facts, sse
 from agentd.mcp.port import CallContext, DeliveryResult
 from agentd.mcp.transport_errors import map_transport_errors
@@ -416,8 +417,9 @@ def shared_client(url: str) -> httpx.AsyncClient:
     clients = _SHARED.setdefault(asyncio.get_running_loop(), {})
     client = clients.get(origin)
     if client is None or client.is_closed:
-        limits = httpx.Limits(max_keepalive_connections=0)
-        client = clients[origin] = httpx.AsyncClient(timeout=None, limits=limits)
+        client = clients[origin] = http_pool.pooled_client(
+            max_connections=100, max_keepalive=0, timeout=None
+        )
     return client
 
 

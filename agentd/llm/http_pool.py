@@ -1,0 +1,204 @@
+"""`pooled_client`: the httpx client agentd's model and MCP calls share, made cheap per request.
+
+httpx stays the HTTP client; what changes is httpcore's network backend. The default one
+goes through anyio, and httpcore's pool asks every pooled connection "has the server closed
+you?" on every request it assigns and every response it closes. Through anyio each answer
+builds a dict of attribute lambdas, calls `getpeername()` and `poll()`: two syscalls per
+pooled connection per pool event, the largest single cost of a request on a busy worker
+(bench B11). This backend speaks plain asyncio streams and answers from state the event loop
+already keeps: an idle connection's reader has seen EOF or unread bytes, or its transport is
+closing. Same errors as httpcore's own backends (`httpcore.ReadError` & co., mapped by httpx).
+"""
+
+# httpcore's AsyncNetworkStream/Backend interface takes `timeout=` arguments.
+# ruff: noqa: ASYNC109
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import httpcore
+import httpx
+from httpcore._backends.base import SOCKET_OPTION
+
+
+@contextlib.contextmanager
+def _mapped(timeout_error: type[Exception], os_error: type[Exception]) -> Iterator[None]:
+    try:
+        yield
+    except TimeoutError as exc:
+        raise timeout_error(str(exc) or type(exc).__name__) from exc
+    except (OSError, ssl.SSLError) as exc:
+        raise os_error(str(exc) or type(exc).__name__) from exc
+
+
+class AsyncioStream(httpcore.AsyncNetworkStream):
+    """One TCP (or TLS) connection as asyncio's StreamReader/StreamWriter."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        with _mapped(httpcore.ReadTimeout, httpcore.ReadError):
+            if timeout is None:
+                return await self._reader.read(max_bytes)
+            async with asyncio.timeout(timeout):
+                return await self._reader.read(max_bytes)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            return
+        with _mapped(httpcore.WriteTimeout, httpcore.WriteError):
+            if self._writer.transport.is_closing():
+                raise ConnectionResetError("connection closed")
+            self._writer.write(buffer)
+            if self._writer.transport.get_write_buffer_size() == 0:
+                return  # all of it went to the socket: nothing to wait for
+            if timeout is None:
+                await self._writer.drain()
+                return
+            async with asyncio.timeout(timeout):
+                await self._writer.drain()
+
+    async def aclose(self) -> None:
+        # As anyio's stream does: close, let the loop flush once, then drop what is left, so
+        # a peer that stopped reading cannot hold the pool.
+        self._writer.close()
+        await asyncio.sleep(0)
+        self._writer.transport.abort()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        with _mapped(httpcore.ConnectTimeout, httpcore.ConnectError):
+            try:
+                await self._writer.start_tls(
+                    ssl_context, server_hostname=server_hostname, ssl_handshake_timeout=timeout
+                )
+            except BaseException:
+                self._writer.transport.abort()
+                raise
+        return self
+
+    def get_extra_info(self, info: str) -> Any:
+        w = self._writer
+        if info == "is_readable":
+            # Asked of idle connections only: anything the server sent (EOF included) or a
+            # transport going away means it is done with this connection.
+            r = self._reader
+            return bool(
+                r.at_eof() or r._buffer or r.exception() is not None or w.transport.is_closing()  # type: ignore[attr-defined]
+            )
+        if info == "ssl_object":
+            return w.get_extra_info("ssl_object")
+        if info == "client_addr":
+            return w.get_extra_info("sockname")
+        if info == "server_addr":
+            return w.get_extra_info("peername")
+        if info == "socket":
+            return w.get_extra_info("socket")
+        return None
+
+
+class AsyncioBackend(httpcore.AsyncNetworkBackend):
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        with _mapped(httpcore.ConnectTimeout, httpcore.ConnectError):
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_connection(
+                    host, port, local_addr=(local_address, 0) if local_address else None
+                )
+            sock = writer.get_extra_info("socket")
+            for option in socket_options or ():
+                sock.setsockopt(*option)
+            # asyncio sets TCP_NODELAY on its TCP transports already.
+        return AsyncioStream(reader, writer)
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        with _mapped(httpcore.ConnectTimeout, httpcore.ConnectError):
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_unix_connection(path)
+            sock = writer.get_extra_info("socket")
+            for option in socket_options or ():
+                sock.setsockopt(*option)
+        return AsyncioStream(reader, writer)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class _Pool(httpcore.AsyncConnectionPool):
+    """httpcore's pool with its bookkeeping made linear: its cleanup pass built a list over
+    every connection for each idle one (`len([c.is_idle() for c in connections])`, i.e.
+    `len(connections)`), on every request assigned and every response closed. The rest is
+    httpcore 1.0's method as it is."""
+
+    def _assign_requests_to_connections(self) -> list[Any]:
+        closing: list[Any] = []
+        conns = self._connections
+        for connection in list(conns):
+            if connection.is_closed():
+                conns.remove(connection)
+            elif connection.has_expired() or (
+                connection.is_idle() and len(conns) > self._max_keepalive_connections
+            ):
+                conns.remove(connection)
+                closing.append(connection)
+        for pool_request in [r for r in self._requests if r.is_queued()]:
+            origin = pool_request.request.url.origin
+            available = [c for c in conns if c.can_handle_request(origin) and c.is_available()]
+            if available:
+                pool_request.assign_to_connection(available[0])
+            elif len(conns) < self._max_connections:
+                connection = self.create_connection(origin)
+                conns.append(connection)
+                pool_request.assign_to_connection(connection)
+            else:
+                idle = next((c for c in conns if c.is_idle()), None)
+                if idle is not None:
+                    conns.remove(idle)
+                    closing.append(idle)
+                    connection = self.create_connection(origin)
+                    conns.append(connection)
+                    pool_request.assign_to_connection(connection)
+        return closing
+
+
+def use_asyncio(client: httpx.AsyncClient) -> httpx.AsyncClient:
+    """Put `client`'s direct connections on the asyncio backend and the linear pool
+    (proxied ones keep httpx's own); a client of another shape is returned as it was."""
+    pool = getattr(getattr(client, "_transport", None), "_pool", None)
+    if (
+        type(pool) is httpcore.AsyncConnectionPool
+        and hasattr(pool, "_network_backend")
+        and callable(getattr(pool, "_assign_requests_to_connections", None))
+    ):
+        pool.__class__ = _Pool  # same state, one method replaced
+        pool._network_backend = AsyncioBackend()
+    return client
+
+
+def pooled_client(*, max_connections: int, max_keepalive: int, **kwargs: Any) -> httpx.AsyncClient:
+    """An AsyncClient with keep-alive on and the asyncio backend; `kwargs` go to AsyncClient
+    (timeout, follow_redirects, ...), and the environment's proxies are honoured as usual."""
+    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_keepalive)
+    return use_asyncio(httpx.AsyncClient(limits=limits, **kwargs))
