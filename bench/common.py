@@ -366,9 +366,11 @@ def save(name: str, data: dict[str, Any], chart: Any = None, panels: int = 1) ->
     base = RESULTS / f"{name}-{stamp}"
     data = {"scenario": name, "at": stamp, "host_load": os.getloadavg(), **data}
     base.with_suffix(".json").write_text(json.dumps(data, indent=2, default=str))
-    if chart is not None:
+    try:
         import matplotlib
-
+    except ImportError:  # charts are optional (pip install matplotlib); the JSON is the result
+        chart = None
+    if chart is not None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
