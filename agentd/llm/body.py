@@ -94,7 +94,16 @@ def element(value: Any, first: bool) -> str:
     return dumps(value) if first else "," + dumps(value)
 
 
-def encode(payload: dict[str, Any]) -> Body:
+def encode(payload: dict[str, Any], elements: dict[int, str] | None = None) -> Body:
+    """The payload's JSON text. `elements`: the text of conversation elements already
+    encoded (by id; a dialect's render memo), reused instead of encoding them again — the
+    same text as dumps(payload), since an object's JSON is its members' JSON joined."""
+    if elements:
+        key = _list_key(payload)
+        if key is not None:
+            head, tail = frame(payload, key)
+            items = ",".join([elements.get(id(v)) or dumps(v) for v in payload[key]])
+            return Body(text=head + items + tail, payload=payload)
     return Body(text=dumps(payload), payload=payload)
 
 

@@ -139,7 +139,7 @@ class LLMClient:
             ),
             on_delta=on_delta,
             secrets=secrets,
-            body=body.encode(payload),
+            body=body.encode(payload, rendered.elements),
             throttled=throttled,
         )
         deadline = asyncio.timeout(request.max_duration)

@@ -58,6 +58,10 @@ class Message:
     name: str | None = None  # role=tool: the tool name (gemini needs it)
     is_error: bool = False  # role=tool: the result is an error
     metadata: dict[str, Any] = field(default_factory=dict)  # thought_signature etc.
+    # A dialect's rendering of this message and its JSON text (llm/dialects/base.py
+    # `render_memo`): a long loop's prompt objects are reused turn after turn, and rendering
+    # and encoding every earlier message again was most of a late turn's cost (bench B7).
+    wire: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass

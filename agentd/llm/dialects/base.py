@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -11,7 +12,7 @@ import httpx
 
 from agentd.errors import LLMProtocolError
 from agentd.llm import body, sse
-from agentd.llm.types import LLMRequest, LLMResponse, Provider, StreamDelta
+from agentd.llm.types import LLMRequest, LLMResponse, Message, Provider, StreamDelta
 
 T = TypeVar("T")
 
@@ -20,6 +21,9 @@ T = TypeVar("T")
 class Rendered:
     payload: dict[str, Any]
     reasoning_carried: dict[str, Any] = field(default_factory=dict)
+    # id() of a conversation element of `payload` -> its JSON text (body.encode reuses it);
+    # every id is of an object the payload holds, so none can be a recycled one.
+    elements: dict[int, str] = field(default_factory=dict)
 
 
 class StreamParser(Protocol):
@@ -94,6 +98,39 @@ def dump_arguments(arguments: dict[str, Any] | None, raw: str) -> str:
     if arguments is None:
         return raw
     return _dump_arguments(arguments)
+
+
+def _snapshot(m: Message) -> tuple[Any, ...]:
+    # What a rendering reads. Compared with ==, which for the same objects is an identity
+    # check: a message whose fields were replaced (or a call's arguments) renders again.
+    calls = tuple((c.id, c.name, id(c.arguments), c.raw_arguments) for c in m.tool_calls)
+    return (m.role, m.content, m.reasoning, m.tool_call_id, m.name, m.is_error, calls,
+            id(m.metadata), len(m.metadata))  # fmt: skip
+
+
+def render_memo(
+    message: Message,
+    key: Any,
+    render: Callable[[], tuple[dict[str, Any], T]],
+    elements: dict[int, str],
+) -> tuple[dict[str, Any], T]:
+    """`render()` of `message` — (its element of the payload, what else the dialect needs
+    from it) — memoized on the message under `key` (the dialect and its options), with the
+    element's JSON text recorded in `elements` for body.encode. The element is shared by
+    every request the message is in again: nothing may mutate it (deep_merge copies)."""
+    snap = _snapshot(message)
+    hit = message.wire.get(key)
+    if hit is None or hit[0] != snap:
+        out, extra = render()
+        try:
+            text: str | None = body.dumps(out)
+        except ValueError:  # not encodable (NaN): the whole body's encode says so, as before
+            text = None
+        hit = (snap, out, extra, text)
+        message.wire[key] = hit
+    if hit[3] is not None:
+        elements[id(hit[1])] = hit[3]
+    return hit[1], hit[2]
 
 
 def new_call_id() -> str:

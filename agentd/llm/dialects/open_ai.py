@@ -17,6 +17,7 @@ from agentd.llm.dialects.base import (
     new_call_id,
     opt,
     parse_arguments,
+    render_memo,
 )
 from agentd.llm.types import (
     LLMRequest,
@@ -32,6 +33,20 @@ NAME = "open_ai"
 
 
 def _render_message(
+    message: Message, strategies: list[str], tally: reasoning.Tally, elements: dict[int, str]
+) -> dict[str, Any]:
+    def render() -> tuple[dict[str, Any], reasoning.Carry | None]:
+        counted = reasoning.Tally()
+        out = _render_one(message, strategies, counted)
+        return out, counted.last
+
+    out, carry = render_memo(message, (NAME, tuple(strategies)), render, elements)
+    if carry is not None:
+        tally.add(carry)
+    return out
+
+
+def _render_one(
     message: Message, strategies: list[str], tally: reasoning.Tally
 ) -> dict[str, Any]:
     if message.role == "tool":
@@ -116,9 +131,12 @@ class OpenAI:
     def render(self, request: LLMRequest) -> Rendered:
         strategies = reasoning.normalize(request.reasoning_strategies, NAME)
         tally = reasoning.Tally()
+        elements: dict[int, str] = {}
         payload: dict[str, Any] = {
             "model": request.provider.model,
-            "messages": [_render_message(m, strategies, tally) for m in request.messages],
+            "messages": [
+                _render_message(m, strategies, tally, elements) for m in request.messages
+            ],
             "stream": request.stream,
         }
         if request.stream:
@@ -139,7 +157,7 @@ class OpenAI:
             payload["max_tokens"] = request.max_tokens
         if request.reasoning_effort:
             payload["reasoning_effort"] = request.reasoning_effort
-        return Rendered(payload=payload, reasoning_carried=tally.as_dict())
+        return Rendered(payload=payload, reasoning_carried=tally.as_dict(), elements=elements)
 
     def parse(self, body: Any) -> LLMResponse:
         body = expect(body, dict, "response")
