@@ -68,6 +68,38 @@ def columns(events: Sequence[NewEvent]) -> list[list[object]]:
     return cols
 
 
+_COLUMNS = (
+    "loop_id",
+    "name",
+    "reason",
+    "http_method",
+    "url",
+    "status",
+    "request_data",
+    "response_data",
+    "duration",
+    "log",
+    "tool_call_id",
+    "message_id",
+    "inbound_session_id",
+)
+
+
+def documents(events: Sequence[NewEvent], attach: Sequence[bool]) -> list[dict[str, Any]]:
+    """The events as JSON objects named by column (redacted, as `columns`), each with its
+    `attach` flag, for a statement that reads them from a jsonb document
+    (`jsonb_to_recordset`). A uuid is sent as its string; json values stay json."""
+    cols = columns(events)
+    out: list[dict[str, Any]] = []
+    for i, row in enumerate(zip(*cols, strict=True)):
+        doc = dict(zip(_COLUMNS, row, strict=True))
+        if doc["loop_id"] is not None:
+            doc["loop_id"] = str(doc["loop_id"])
+        doc["attach"] = attach[i] if i < len(attach) else None
+        out.append(doc)
+    return out
+
+
 async def list_(
     conn: Connection,
     *,

@@ -133,37 +133,45 @@ async def finalize_turn_all(
     The first len(own_tokens) calls are leased to `worker_id` instead of queued.
     `cost` (None: no price), `tokens_reasoning` and `generation_seconds` (None: not
     counted in the loop's tps) roll up into the loop's totals."""
-    rec = await conn.fetchrow(
-        sql("loop_finalize_turn_all"),
-        loop_id,
-        execution_token,
-        not calls,
-        *tokens,
-        estimated,
-        shell_message_id,
-        message["content"],
-        message["reasoning"],
-        message["metadata"],
-        message["ttft"],
-        message["duration"],
-        message["finish_reason"],
-        [c["position"] for c in calls],
-        [c["provider_call_id"] for c in calls],
-        [c["name"] for c in calls],
-        [c["arguments"] for c in calls],
-        [c["arguments_raw"] for c in calls],
-        [c["metadata"] for c in calls],
-        sequential,
-        tool_lease_seconds,
-        notify_tool,
-        *events.columns(turn_events),
-        attach,
-        list(own_tokens),
-        worker_id,
-        cost,
-        tokens_reasoning,
-        generation_seconds,
-    )
+    # One named document (its fields are declared in the statement's `f`); json values
+    # stay json, a uuid goes as its string, the cost as its exact decimal string.
+    finalize = {
+        "loop_id": str(loop_id),
+        "execution_token": str(execution_token),
+        "completed": not calls,
+        "tokens_prompt": tokens[0],
+        "tokens_completion": tokens[1],
+        "tokens_cached": tokens[2],
+        "tokens_estimated": estimated,
+        "tokens_reasoning": tokens_reasoning,
+        "cost": str(cost) if cost is not None else None,
+        "generation_seconds": generation_seconds,
+        "shell_id": shell_message_id,
+        "content": message["content"],
+        "reasoning": message["reasoning"],
+        "metadata": message["metadata"],
+        "ttft": message["ttft"],
+        "duration": message["duration"],
+        "finish_reason": message["finish_reason"],
+        "calls": [
+            {
+                "position": c["position"],
+                "provider_call_id": c["provider_call_id"],
+                "name": c["name"],
+                "arguments": c["arguments"],
+                "arguments_raw": c["arguments_raw"],
+                "metadata": c["metadata"],
+            }
+            for c in calls
+        ],
+        "sequential": sequential,
+        "tool_lease_seconds": tool_lease_seconds,
+        "notify_tool": notify_tool,
+        "own_tokens": [str(t) for t in own_tokens],
+        "worker_id": str(worker_id) if worker_id is not None else None,
+        "events": events.documents(turn_events, attach),
+    }
+    rec = await conn.fetchrow(sql("loop_finalize_turn_all"), finalize)
     if rec is None:
         return None
     return FinalizedTurn(

@@ -139,30 +139,31 @@ async def finish(
     checkpoint, the tool message, responded, the continuation, events, notifications.
     None when a fence is lost (generation, lease, already answered): nothing written."""
     cp = checkpoint
-    rec = await conn.fetchrow(
-        sql("tool_call_finish"),
-        tool_call_id,
-        loop_id,
-        lease_token,
-        generation,
-        cp is not None,
-        cp.result if cp else None,
-        cp.structured if cp else None,
-        cp.is_success if cp else None,
-        cp.error_message if cp else None,
-        cp.duration if cp else None,
-        sequential,
-        new_token,
-        status_reason,
-        llm_lease_seconds,
-        tool_lease_seconds,
-        notify_llm,
-        notify_tool,
-        *events.columns(call_events),
-        attach,
-        chain_worker,
-        chain_after,
-    )
+    # One named document (its fields are declared in migrations/0021's function); json
+    # values stay json, a uuid goes as its string.
+    finish = {
+        "id": tool_call_id,
+        "loop_id": str(loop_id),
+        "lease_token": str(lease_token),
+        "generation": str(generation),
+        "checkpoint": cp is not None,
+        "result": cp.result if cp else None,
+        "structured": cp.structured if cp else None,
+        "is_success": cp.is_success if cp else None,
+        "error_message": cp.error_message if cp else None,
+        "duration": cp.duration if cp else None,
+        "sequential": sequential,
+        "new_token": str(new_token),
+        "status_reason": status_reason,
+        "llm_lease_seconds": llm_lease_seconds,
+        "tool_lease_seconds": tool_lease_seconds,
+        "notify_llm": notify_llm,
+        "notify_tool": notify_tool,
+        "chain_worker": str(chain_worker) if chain_worker is not None else None,
+        "chain_after": chain_after,
+        "events": events.documents(call_events, attach),
+    }
+    rec = await conn.fetchrow(sql("tool_call_finish"), finish)
     if rec is None or rec["outcome"] != "ok":
         return None
     chained = rec["chained_loop"]

@@ -51,58 +51,87 @@ WHERE id = $1
 RETURNING *;
 
 -- name: loop_finalize_turn_all :one
--- ResponseParsing: the whole finalize of an LLM turn in ONE statement; fence: status
--- running AND execution_token = $2 (every write below reads from the fenced UPDATE, so zero
--- rows returned = nothing written). Promotes the streaming shell (or inserts the assistant
--- message), inserts the tool calls, their jobs (all, or only position 0 when sequential),
--- the turn's events (`attach` ones get the message id and the {step, tool_calls} log), and
--- notifies observers of an observed loop (and the tool queue when $23) at commit.
--- Chaining: the first cardinality($38) calls (positions 0..n-1) are inserted already leased
--- to this worker ($39), one lease token each, and get no job: the finalizing worker runs
+-- ResponseParsing: the whole finalize of an LLM turn in ONE statement, from ONE jsonb
+-- document ($1) whose fields are declared, with their types, in `f` below (the calls and
+-- events it carries, in `tc` and `ev`). Fence: status running AND execution_token (every
+-- write below reads from the fenced UPDATE, so zero rows returned = nothing written).
+-- Promotes the streaming shell (or inserts the assistant message), inserts the tool calls,
+-- their jobs (all, or only position 0 when sequential), the turn's events (`attach` ones
+-- get the message id and the {step, tool_calls} log), and notifies observers of an
+-- observed loop (and the tool queue when notify_tool) at commit.
+-- Chaining: the first cardinality(own_tokens) calls (positions 0..n-1) are inserted already
+-- leased to worker_id, one lease token each, and get no job: the finalizing worker runs
 -- them itself (the state a claim would leave); returned as leased_calls. A frozen loop's
 -- calls are all queued, as the claim would not take them.
--- Cost and speed (0012): $40 (null: no price) is added to the loop's cost, or counted in
--- cost_unpriced_turns; the message carries its own figures in metadata.usage ($11).
--- $1 id uuid · $2 execution_token uuid · $3 completed bool · $4 tokens_prompt int · $5 tokens_completion int · $6 tokens_cached int · $7 tokens_estimated bool · $8 shell_id bigint|null · $9 content text · $10 reasoning text · $11 metadata jsonb · $12 ttft float · $13 duration float · $14 finish_reason text · $15 positions int[] · $16 provider_ids text[] · $17 names text[] · $18 arguments jsonb[] · $19 raws text[] · $20 metadatas jsonb[] · $21 sequential bool · $22 tool_lease_seconds float · $23 notify_tool bool · $24..$36 the event_insert_many columns · $37 attach bool[] · $38 own_tokens uuid[] · $39 worker_id uuid|null · $40 cost numeric|null · $41 tokens_reasoning int · $42 generation_seconds float|null
-WITH l AS (
+-- Cost and speed (0012): cost (null: no price) is added to the loop's cost, or counted in
+-- cost_unpriced_turns; the message carries its own figures in metadata.usage.
+-- A key missing from the document reads as null, like a JSON null.
+-- $1 finalize jsonb (built by store/loops.py finalize_turn_all)
+WITH f AS (
+    SELECT * FROM jsonb_to_record($1::jsonb) AS f(
+        loop_id uuid, execution_token uuid,
+        completed bool,               -- no tool calls: the loop completes
+        tokens_prompt int, tokens_completion int, tokens_cached int,
+        tokens_estimated bool,        -- a chars/4 estimate, not the provider's usage
+        tokens_reasoning int,
+        cost numeric,                 -- null: no price (sent as a string: exact)
+        generation_seconds float8,    -- null: not counted in the loop's tps
+        shell_id bigint,              -- the streaming shell to promote, or null: insert
+        content text, reasoning text, metadata jsonb, ttft float8, duration float8,
+        finish_reason text,
+        calls jsonb,                  -- array, one object per call: see `tc`
+        sequential bool, tool_lease_seconds float8, notify_tool bool,
+        own_tokens uuid[],            -- lease tokens of the calls this worker runs itself
+        worker_id uuid,
+        events jsonb                  -- array, one object per event: see `ev`
+    )
+), l AS (
     UPDATE loops
-    SET step_count = step_count + 1,
-        status = CASE WHEN $3 THEN 'completed' ELSE 'running' END,
-        status_reason = CASE WHEN $3 THEN 'model_finished' ELSE 'tool_calls' END,
-        execution_token = CASE WHEN $3 THEN NULL ELSE execution_token END,
+    SET step_count = loops.step_count + 1,
+        status = CASE WHEN f.completed THEN 'completed' ELSE 'running' END,
+        status_reason = CASE WHEN f.completed THEN 'model_finished' ELSE 'tool_calls' END,
+        execution_token = CASE WHEN f.completed THEN NULL ELSE loops.execution_token END,
         lease_expires_at = NULL, worker_id = NULL, error_message = NULL,
-        tokens_prompt = tokens_prompt + $4::int, tokens_completion = tokens_completion + $5::int,
-        tokens_cached = tokens_cached + $6::int,
-        tokens_estimated = tokens_estimated OR coalesce($7::bool, false),
-        cost = CASE WHEN $40::numeric IS NULL THEN cost ELSE coalesce(cost, 0) + $40::numeric END,
-        cost_unpriced_turns = cost_unpriced_turns + CASE WHEN $40::numeric IS NULL THEN 1 ELSE 0 END,
-        tokens_reasoning = tokens_reasoning + coalesce($41::int, 0),
-        ttft_total = ttft_total + coalesce($12::float8, 0),
-        ttft_turns = ttft_turns + CASE WHEN $12::float8 IS NULL THEN 0 ELSE 1 END,
-        generation_seconds = generation_seconds + coalesce($42::float8, 0),
-        generation_tokens = generation_tokens
-                            + CASE WHEN $42::float8 IS NULL THEN 0 ELSE $5::int END,
+        tokens_prompt = loops.tokens_prompt + f.tokens_prompt,
+        tokens_completion = loops.tokens_completion + f.tokens_completion,
+        tokens_cached = loops.tokens_cached + f.tokens_cached,
+        tokens_estimated = loops.tokens_estimated OR coalesce(f.tokens_estimated, false),
+        cost = CASE WHEN f.cost IS NULL THEN loops.cost
+                    ELSE coalesce(loops.cost, 0) + f.cost END,
+        cost_unpriced_turns = loops.cost_unpriced_turns
+                              + CASE WHEN f.cost IS NULL THEN 1 ELSE 0 END,
+        tokens_reasoning = loops.tokens_reasoning + coalesce(f.tokens_reasoning, 0),
+        ttft_total = loops.ttft_total + coalesce(f.ttft, 0),
+        ttft_turns = loops.ttft_turns + CASE WHEN f.ttft IS NULL THEN 0 ELSE 1 END,
+        generation_seconds = loops.generation_seconds + coalesce(f.generation_seconds, 0),
+        generation_tokens = loops.generation_tokens
+                            + CASE WHEN f.generation_seconds IS NULL THEN 0
+                                   ELSE f.tokens_completion END,
         updated_at = now()
-    WHERE id = $1 AND execution_token = $2::uuid AND status = 'running'
-    RETURNING *
+    FROM f
+    WHERE loops.id = f.loop_id AND loops.execution_token = f.execution_token
+      AND loops.status = 'running'
+    RETURNING loops.*
 ), p AS (
     UPDATE messages
-    SET content = $9::text, reasoning = $10::text, metadata = $11::jsonb,
-        tokens_prompt = $4::int, tokens_completion = $5::int, tokens_cached = $6::int,
-        ttft = $12::float8, duration = $13::float8, finish_reason = $14::text,
-        step = l.step_count, tokens_estimated = coalesce($7::bool, false),
+    SET content = f.content, reasoning = f.reasoning, metadata = f.metadata,
+        tokens_prompt = f.tokens_prompt, tokens_completion = f.tokens_completion,
+        tokens_cached = f.tokens_cached, ttft = f.ttft, duration = f.duration,
+        finish_reason = f.finish_reason, step = l.step_count,
+        tokens_estimated = coalesce(f.tokens_estimated, false),
         hidden = false, status = 'completed', updated_at = now()
-    FROM l
-    WHERE messages.id = $8::bigint AND messages.status = 'processing'
+    FROM l, f
+    WHERE messages.id = f.shell_id AND messages.status = 'processing'
     RETURNING messages.id
 ), i AS (
     INSERT INTO messages (loop_id, role, content, reasoning, step, execution_token, metadata,
                           tokens_prompt, tokens_completion, tokens_cached, ttft, duration,
                           finish_reason, tokens_estimated)
-    SELECT l.id, 'assistant', $9::text, $10::text, l.step_count, $2::uuid,
-           coalesce($11::jsonb, '{}'::jsonb), $4::int, $5::int, $6::int, $12::float8,
-           $13::float8, $14::text, coalesce($7::bool, false)
-    FROM l WHERE NOT EXISTS (SELECT 1 FROM p)
+    SELECT l.id, 'assistant', f.content, f.reasoning, l.step_count, f.execution_token,
+           coalesce(f.metadata, '{}'::jsonb), f.tokens_prompt, f.tokens_completion,
+           f.tokens_cached, f.ttft, f.duration, f.finish_reason,
+           coalesce(f.tokens_estimated, false)
+    FROM l, f WHERE NOT EXISTS (SELECT 1 FROM p)
     RETURNING id
 ), m AS (
     SELECT id FROM p UNION ALL SELECT id FROM i
@@ -110,46 +139,54 @@ WITH l AS (
     INSERT INTO tool_calls (loop_id, message_id, position, provider_call_id, name, arguments,
                             arguments_raw, metadata, status, lease_token, lease_worker_id,
                             leased_until, attempts)
-    SELECT l.id, m.id, x.p, x.pid, x.n, x.a, x.r, x.md,
+    SELECT l.id, m.id, x.position, x.provider_call_id, x.name, x.arguments, x.arguments_raw,
+           x.metadata,
            CASE WHEN o.own THEN 'running' ELSE 'pending' END,
-           CASE WHEN o.own THEN ($38::uuid[])[x.p + 1] END,
-           CASE WHEN o.own THEN $39::uuid END,
-           CASE WHEN o.own THEN now() + make_interval(secs => $22::float8) END,
+           CASE WHEN o.own THEN f.own_tokens[x.position + 1] END,
+           CASE WHEN o.own THEN f.worker_id END,
+           CASE WHEN o.own THEN now() + make_interval(secs => f.tool_lease_seconds) END,
            CASE WHEN o.own THEN 1 ELSE 0 END
-    FROM l, m, unnest($15::int[], $16::text[], $17::text[], $18::jsonb[], $19::text[],
-                      $20::jsonb[]) AS x(p, pid, n, a, r, md),
-         LATERAL (SELECT x.p < coalesce(cardinality($38::uuid[]), 0) AND NOT l.frozen
-                         AND $39::uuid IS NOT NULL AS own) o
+    FROM l, m, f,
+         jsonb_to_recordset(f.calls) AS x(position int, provider_call_id text, name text,
+                                          arguments jsonb, arguments_raw text,
+                                          metadata jsonb),
+         LATERAL (SELECT x.position < coalesce(cardinality(f.own_tokens), 0) AND NOT l.frozen
+                         AND f.worker_id IS NOT NULL AS own) o
     RETURNING *
 ), jb AS (
     INSERT INTO jobs (queue, kind, loop_id, tool_call_id, generation, lease_seconds)
-    SELECT 'tool', 'tool_call', $1, tc.id, $2::uuid, $22::float8
-    FROM tc WHERE (NOT $21::bool OR tc.position = 0) AND tc.lease_token IS NULL
+    SELECT 'tool', 'tool_call', f.loop_id, tc.id, f.execution_token, f.tool_lease_seconds
+    FROM tc, f WHERE (NOT f.sequential OR tc.position = 0) AND tc.lease_token IS NULL
     RETURNING id
 ), ev AS (
     INSERT INTO events (loop_id, name, reason, http_method, url, status, request_data,
                         response_data, duration, log, tool_call_id, message_id,
                         inbound_session_id)
-    SELECT x.loop_id, x.name, x.reason, x.method, x.url, x.status, x.req, x.resp, x.dur,
-           CASE WHEN x.att THEN jsonb_build_object('step', l.step_count,
-                                                   'tool_calls', cardinality($15::int[]))::text
+    SELECT x.loop_id, x.name, x.reason, x.http_method, x.url, x.status, x.request_data,
+           x.response_data, x.duration,
+           CASE WHEN x.attach THEN jsonb_build_object(
+                    'step', l.step_count, 'tool_calls', jsonb_array_length(f.calls))::text
                 ELSE x.log END,
-           x.tcid, CASE WHEN x.att THEN m.id ELSE x.mid END, x.iid
-    FROM l, m, unnest($24::uuid[], $25::text[], $26::text[], $27::text[], $28::text[],
-                      $29::int[], $30::jsonb[], $31::jsonb[], $32::float8[], $33::text[],
-                      $34::bigint[], $35::bigint[], $36::bigint[], $37::bool[])
-         AS x(loop_id, name, reason, method, url, status, req, resp, dur, log, tcid, mid, iid,
-              att)
+           x.tool_call_id, CASE WHEN x.attach THEN m.id ELSE x.message_id END,
+           x.inbound_session_id
+    FROM l, m, f,
+         jsonb_to_recordset(f.events) AS x(loop_id uuid, name text, reason text,
+                                           http_method text, url text, status int,
+                                           request_data jsonb, response_data jsonb,
+                                           duration float8, log text, tool_call_id bigint,
+                                           message_id bigint, inbound_session_id bigint,
+                                           attach bool)
     RETURNING 1
 ), n AS (
     SELECT pg_notify(v.chan, v.payload)
-    FROM l, m, LATERAL (VALUES
+    FROM l, m, f, LATERAL (VALUES
         (1, 'agentd_stream', CASE WHEN l.observed THEN jsonb_build_object(
             'type', 'message', 'loop_id', l.id::text, 'message_id', m.id,
             'role', 'assistant')::text END),
         (2, 'agentd_stream', CASE WHEN l.observed THEN jsonb_build_object(
             'type', 'status', 'loop_id', l.id::text, 'status', l.status)::text END),
-        (3, 'agentd_jobs', CASE WHEN $23::bool AND EXISTS (SELECT 1 FROM jb) THEN 'tool' END)
+        (3, 'agentd_jobs', CASE WHEN f.notify_tool AND EXISTS (SELECT 1 FROM jb)
+                                THEN 'tool' END)
     ) AS v(o, chan, payload)
     WHERE v.payload IS NOT NULL
 )

@@ -54,22 +54,18 @@ RETURNING *;
 
 -- name: tool_call_finish :one
 -- ResponseCreation, the whole end of a tool call in one round trip: the function
--- (migrations/0008) locks the loop, checks every fence before writing (generation, this
--- lease, unanswered, and when $5 not yet executed), optionally checkpoints the result,
--- inserts the `tool` message, marks the call responded, then reads the unresolved siblings
--- under the lock: sequential, the next one's job (unless it awaits a decision); none left,
--- the loop back to queued on $12 and the next turn's job — or, chained (migrations/0009,
--- $32 a worker), that turn claimed for the worker on $12 and returned with its prefetch
--- (migrations/0010: with $33, only the messages after that id — the worker holds the rest);
--- the events (`attach` ones get the message id) and the notifications. outcome
--- 'fence_lost': nothing was written.
--- $1 id bigint · $2 loop_id uuid · $3 lease_token uuid · $4 generation uuid · $5 checkpoint bool · $6 result text · $7 structured jsonb · $8 is_success bool · $9 error_message text · $10 duration float · $11 sequential bool · $12 new_token uuid · $13 status_reason text · $14 llm_lease_seconds float · $15 tool_lease_seconds float · $16 notify_llm bool · $17 notify_tool bool · $18..$30 the event_insert_many columns · $31 attach bool[] · $32 chain_worker uuid|null · $33 chain_after bigint|null
-SELECT * FROM agentd_tool_call_finish(
-    $1::bigint, $2::uuid, $3::uuid, $4::uuid, $5::bool, $6::text, $7::jsonb, $8::bool,
-    $9::text, $10::float8, $11::bool, $12::uuid, $13::text, $14::float8, $15::float8,
-    $16::bool, $17::bool, $18::uuid[], $19::text[], $20::text[], $21::text[], $22::text[],
-    $23::int[], $24::jsonb[], $25::jsonb[], $26::float8[], $27::text[], $28::bigint[],
-    $29::bigint[], $30::bigint[], $31::bool[], $32::uuid, $33::bigint);
+-- (migrations/0021, from one jsonb document whose fields it declares; the positional
+-- signatures of 0008-0017 stay for older workers) locks the loop, checks every fence
+-- before writing (generation, this lease, unanswered, and with `checkpoint` not yet
+-- executed), optionally checkpoints the result, inserts the `tool` message, marks the call
+-- responded, then reads the unresolved siblings under the lock: sequential, the next one's
+-- job (unless it awaits a decision); none left, the loop back to queued on new_token and
+-- the next turn's job — or, chained (a chain_worker), that turn claimed for the worker on
+-- new_token and returned with its prefetch (with chain_after, only the messages after that
+-- id — the worker holds the rest); the events (`attach` ones get the message id) and the
+-- notifications. outcome 'fence_lost': nothing was written.
+-- $1 finish jsonb (built by store/tool_calls.py finish)
+SELECT * FROM agentd_tool_call_finish($1::jsonb);
 
 -- name: tool_call_park :one
 -- ApprovalGate: park the call for a human decision and drop its lease (nothing to reap).

@@ -425,11 +425,19 @@ async def test_finish_queues_the_turn_when_it_cannot_chain(pool: Pool, why: str)
         assert job["queue"] == "llm" and job["generation"] == stored.execution_token
 
 
+# What workers before 0021 send (`tool_call_finish` now sends one jsonb document): the
+# positional signatures stay for them during a rolling upgrade.
+POSITIONAL_FINISH = """SELECT * FROM agentd_tool_call_finish(
+    $1::bigint, $2::uuid, $3::uuid, $4::uuid, $5::bool, $6::text, $7::jsonb, $8::bool,
+    $9::text, $10::float8, $11::bool, $12::uuid, $13::text, $14::float8, $15::float8,
+    $16::bool, $17::bool, $18::uuid[], $19::text[], $20::text[], $21::text[], $22::text[],
+    $23::int[], $24::jsonb[], $25::jsonb[], $26::float8[], $27::text[], $28::bigint[],
+    $29::bigint[], $30::bigint[], $31::bool[], $32::uuid, $33::bigint)"""
+
+
 async def test_the_older_finish_signature_never_chains(pool: Pool) -> None:
     # Code of the previous release calls the 0008 signature during a rolling upgrade.
-    from agentd.store.queries import sql
-
-    old = sql("tool_call_finish").replace(", $32::uuid, $33::bigint)", ")")
+    old = POSITIONAL_FINISH.replace(", $32::uuid, $33::bigint)", ")")
     async with connection(pool) as conn:
         row, call = await _one_call(conn)
         rec = await conn.fetchrow(
@@ -443,9 +451,7 @@ async def test_the_older_finish_signature_never_chains(pool: Pool) -> None:
 
 async def test_the_0009_signature_still_chains_with_a_full_read(pool: Pool) -> None:
     # Workers of the release before 0010 call the 32-argument form: chained, full history.
-    from agentd.store.queries import sql
-
-    old = sql("tool_call_finish").replace(", $33::bigint)", ")")
+    old = POSITIONAL_FINISH.replace(", $33::bigint)", ")")
     worker = uuid.uuid4()
     async with connection(pool) as conn:
         row, call = await _one_call(conn)
