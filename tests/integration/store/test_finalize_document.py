@@ -9,6 +9,7 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
+from agentd.db import storable
 from agentd.db.pool import Pool, connection
 from agentd.engine.lifecycle import Lifecycle
 from agentd.store import jobs, loops, tool_calls
@@ -17,7 +18,10 @@ from agentd.testing import agents
 from agentd.testing.engine import fast_settings
 
 JSON_TEXT = '{"a": [1, 2.5, null], "b": "x"}'  # text that parses as JSON: must stay text
-UNICODE = "naïve 😀 ‮rtl‬ \u2028 日本語 \\u0000 \\ud800 \"q\" \\n"
+UNICODE = 'naïve 😀 \u202ertl\u202c \u2028 日本語 \\u0000 \\ud800 "q" \\n \x00 \ud83d'
+# A NUL and a lone surrogate are stored as U+FFFD, as by every text parameter.
+STORED = storable.text(UNICODE)
+assert STORED != UNICODE and "\\u0000" in STORED
 NESTED: dict[str, Any] = {
     "big": 2**70,
     "neg": -(2**63),
@@ -125,20 +129,20 @@ async def test_turn_and_tool_finalize_round_trip_awkward_values(pool: Pool) -> N
     assert lp["tokens_estimated"] is True and lp["tokens_reasoning"] == 3
     assert lp["ttft_total"] == 1e-7 and lp["ttft_turns"] == 1
     assert lp["generation_seconds"] == 0.1 and lp["generation_tokens"] == 7
-    assert msg["content"] == JSON_TEXT and msg["reasoning"] == UNICODE
+    assert msg["content"] == JSON_TEXT and msg["reasoning"] == STORED
     assert msg["metadata"] == NESTED and msg["finish_reason"] is None
     assert msg["ttft"] == 1e-7 and msg["duration"] == 123456.789012345
     assert msg["tokens_prompt"] == 2**31 - 1 and msg["execution_token"] == token
     assert [
         (t["provider_call_id"], t["arguments"], t["arguments_raw"], t["metadata"]) for t in tcs
-    ] == [("call_😀", NESTED, JSON_TEXT, {"m": NESTED}), ("c2", JSON_TEXT, UNICODE, {})]
+    ] == [("call_😀", NESTED, JSON_TEXT, {"m": NESTED}), ("c2", JSON_TEXT, STORED, {})]
     assert [(t["status"], t["lease_token"], t["lease_worker_id"]) for t in tcs] == [
         ("running", own[0], worker),
         ("running", own[1], worker),
     ]
     first, attached = evs[-2], evs[-1]
     assert (first["reason"], first["url"], first["status"], first["log"]) == (
-        UNICODE,
+        STORED,
         None,
         2**31 - 1,
         JSON_TEXT,
@@ -204,14 +208,14 @@ async def test_turn_and_tool_finalize_round_trip_awkward_values(pool: Pool) -> N
     assert (call["result"], call["structured_result"], call["error_message"]) == (
         JSON_TEXT,
         NESTED,
-        UNICODE,
+        STORED,
     )
     assert call["is_success"] is False and call["status"] == "failed"
     assert call["duration"] == 2.5e-5 and call["executed_at"] == fin.executed_at
     assert call["response_message_id"] == fin.message_id and call["lease_token"] is None
     assert reply["content"] == JSON_TEXT and reply["role"] == "tool"
     assert [(e["name"], e["response_data"], e["log"], e["message_id"]) for e in tool_evs] == [
-        ("tool.result", NESTED, UNICODE, None),
+        ("tool.result", NESTED, STORED, None),
         ("tool.done", None, None, fin.message_id),
     ]
 
@@ -238,4 +242,4 @@ async def test_turn_and_tool_finalize_round_trip_awkward_values(pool: Pool) -> N
         call1 = await conn.fetchrow("SELECT * FROM tool_calls WHERE id = $1", tcs[1]["id"])
     assert lp["status"] == "queued" and lp["execution_token"] == new_token
     assert old["response_data"] == JSON_TEXT and old["message_id"] == rec["message_id"]
-    assert call1["result"] == UNICODE and call1["structured_result"] == NESTED
+    assert call1["result"] == STORED and call1["structured_result"] == NESTED
