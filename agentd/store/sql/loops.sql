@@ -109,7 +109,8 @@ WITH f AS (
                                    ELSE f.tokens_completion END,
         updated_at = now()
     FROM f
-    WHERE loops.id = f.loop_id AND loops.execution_token = f.execution_token
+    -- the id as a scalar subquery: a primary-key lookup, whatever the planner guesses of f
+    WHERE loops.id = (SELECT f.loop_id FROM f) AND loops.execution_token = f.execution_token
       AND loops.status = 'running'
     RETURNING loops.*
 ), p AS (
@@ -121,7 +122,7 @@ WITH f AS (
         tokens_estimated = coalesce(f.tokens_estimated, false),
         hidden = false, status = 'completed', updated_at = now()
     FROM l, f
-    WHERE messages.id = f.shell_id AND messages.status = 'processing'
+    WHERE messages.id = (SELECT f.shell_id FROM f) AND messages.status = 'processing'
     RETURNING messages.id
 ), i AS (
     INSERT INTO messages (loop_id, role, content, reasoning, step, execution_token, metadata,
