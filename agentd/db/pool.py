@@ -17,6 +17,7 @@ from agentd.errors import DatabaseError, DatabaseUnavailable, SchemaChanged
 
 Pool: TypeAlias = asyncpg.Pool
 Connection: TypeAlias = asyncpg.Connection
+Record: TypeAlias = asyncpg.Record
 
 
 class StorableConnection(asyncpg.Connection):
@@ -32,7 +33,7 @@ class StorableConnection(asyncpg.Connection):
     async def executemany(self, command: str, args: Any, **kw: Any) -> None:
         await super().executemany(command, [storable.args(tuple(a)) for a in args], **kw)
 
-    async def fetch(self, query: str, *args: Any, **kw: Any) -> list[Any]:
+    async def fetch(self, query: str, *args: Any, **kw: Any) -> list[Record]:
         return await super().fetch(query, *storable.args(args), **kw)
 
     async def fetchrow(self, query: str, *args: Any, **kw: Any) -> Any:
@@ -41,7 +42,7 @@ class StorableConnection(asyncpg.Connection):
     async def fetchval(self, query: str, *args: Any, **kw: Any) -> Any:
         return await super().fetchval(query, *storable.args(args), **kw)
 
-    async def fetchmany(self, query: str, args: Any, **kw: Any) -> list[Any]:
+    async def fetchmany(self, query: str, args: Any, **kw: Any) -> list[Record]:
         return await super().fetchmany(query, [storable.args(tuple(a)) for a in args], **kw)
 
 
@@ -55,7 +56,7 @@ class CachingConnection(StorableConnection):
     inside a transaction are prepared unnamed each time, as with no cache at all.
     """
 
-    async def _get_statement(self, query: str, timeout: float | None, **kw: Any) -> Any:  # noqa: ASYNC109 (asyncpg signature)
+    async def _get_statement(self, query: str, timeout: float | None, **kw: object) -> Any:  # noqa: ASYNC109 (asyncpg signature)
         if kw.get("use_cache", True) and self.is_in_transaction():
             kw["use_cache"] = False
         return await super()._get_statement(query, timeout, **kw)

@@ -19,6 +19,7 @@ from agentd.states import LoopStatus, TransitionReason
 if TYPE_CHECKING:
     from agentd.engine.chaining import Chain
     from agentd.engine.runtime import Runtime
+    from agentd.store.jobs import TurnPrefetch
     from agentd.store.models import Loop, McpToolRow, NewEvent, ToolCall
     from agentd.store.models import Message as MessageRow
 
@@ -43,7 +44,7 @@ class TurnContext:
     metadata: dict[str, Any] = field(default_factory=dict)
     # The claim's prefetch (store.jobs.TurnPrefetch): the messages, tool calls and MCP
     # tools/sessions this turn reads; None when the turn was not started by a claim.
-    prefetch: Any = None
+    prefetch: TurnPrefetch | None = None
     # The worker's offer of tool slots for the calls this turn's finalize leases to it.
     chain: Chain | None = None
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd.db.pool import Connection, Pool, transaction
 from agentd.engine import approval_edits, dispatch, forks, inputs, loop_limits
@@ -39,6 +39,9 @@ from agentd.states import (
 )
 from agentd.store import events, jobs, loops, mcp, messages, tool_calls
 from agentd.store.models import Loop, NewEvent, ToolCall
+
+if TYPE_CHECKING:
+    from agentd.agent import Agent
 
 DEFAULT_RESUME_FROM = frozenset(
     {LoopStatus.INIT, LoopStatus.PAUSED, LoopStatus.FAILED, LoopStatus.STOPPED}
@@ -552,7 +555,9 @@ def _awaiting_person(call: ToolCall) -> bool:
     )
 
 
-def _concurrency(cls: Any, key: str | None, limit: int | None) -> tuple[str | None, int | None]:
+def _concurrency(
+    cls: type[Agent], key: str | None, limit: int | None
+) -> tuple[str | None, int | None]:
     """A start's concurrency key and limit: the request's, else the agent's attributes."""
     if key is None and limit is not None:
         raise BadRequest("concurrency_limit needs a concurrency_key")

@@ -24,13 +24,13 @@ def _positive(value: Any) -> int | None:
     return value if ok else None
 
 
-def max_steps(agent: Any, loop: Loop) -> int | None:
+def max_steps(agent: object, loop: Loop) -> int | None:
     """The loop's step limit: loop state `max_steps`, else the agent's."""
     own = _positive(loop.state.get("max_steps")) if isinstance(loop.state, dict) else None
     return own if own is not None else _positive(getattr(agent, "max_steps", None))
 
 
-def at_max_steps(agent: Any, loop: Loop) -> bool:
+def at_max_steps(agent: object, loop: Loop) -> bool:
     limit = max_steps(agent, loop)
     return limit is not None and loop.step_count >= limit
 
@@ -56,7 +56,7 @@ def raised(loop: Loop, *, max_steps: int | None, max_tokens_total: int | None) -
     return patch
 
 
-def token_budget(agent: Any, loop: Loop) -> int | None:
+def token_budget(agent: object, loop: Loop) -> int | None:
     """The loop's token budget: loop state `max_tokens_total`, else the agent's."""
     override = loop.state.get("max_tokens_total") if isinstance(loop.state, dict) else None
     if isinstance(override, int) and not isinstance(override, bool) and override > 0:
@@ -69,7 +69,7 @@ def tokens_spent(loop: Loop) -> int:
     return loop.tokens_prompt + loop.tokens_completion
 
 
-def check_token_budget(agent: Any, loop: Loop) -> None:
+def check_token_budget(agent: object, loop: Loop) -> None:
     """Before a turn calls the model: raise TokenBudgetExceeded once the budget is spent."""
     limit = token_budget(agent, loop)
     if limit is not None and tokens_spent(loop) >= limit:
@@ -78,7 +78,7 @@ def check_token_budget(agent: Any, loop: Loop) -> None:
         )
 
 
-def _positive_decimal(value: Any) -> Decimal | None:
+def _positive_decimal(value: object) -> Decimal | None:
     if value is None or isinstance(value, bool):
         return None
     try:
@@ -88,13 +88,13 @@ def _positive_decimal(value: Any) -> Decimal | None:
     return d if d.is_finite() and d > 0 else None
 
 
-def cost_budget(agent: Any, loop: Loop) -> Decimal | None:
+def cost_budget(agent: object, loop: Loop) -> Decimal | None:
     """The loop's cost budget in USD: loop state `max_cost`, else the agent's."""
     override = loop.state.get("max_cost") if isinstance(loop.state, dict) else None
     return _positive_decimal(override) or _positive_decimal(getattr(agent, "max_cost", None))
 
 
-def check_cost_budget(agent: Any, loop: Loop) -> None:
+def check_cost_budget(agent: object, loop: Loop) -> None:
     """Before a turn calls the model: raise CostBudgetExceeded once the budget is spent."""
     limit = cost_budget(agent, loop)
     if limit is not None and loop.cost is not None and loop.cost >= limit:

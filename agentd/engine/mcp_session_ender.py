@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from agentd import logs, redact
@@ -33,6 +33,9 @@ from agentd.mcp.client import McpClient
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
 from agentd.store import mcp
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logs.get("agentd.mcp_sessions")
 
@@ -53,7 +56,12 @@ class EndReport:
 
 class McpSessionEnder:
     def __init__(
-        self, settings: Settings, pool: Pool, registry: AgentRegistry, *, http: Any = None
+        self,
+        settings: Settings,
+        pool: Pool,
+        registry: AgentRegistry,
+        *,
+        http: httpx.AsyncClient | None = None,
     ) -> None:
         self.settings = settings
         self.pool = pool

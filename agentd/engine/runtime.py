@@ -14,6 +14,8 @@ from agentd.registry import AgentRegistry
 from agentd.settings import Settings
 
 if TYPE_CHECKING:
+    import httpx
+
     from agentd.engine.lease_renewer import LeaseRenewer
     from agentd.engine.stream_flusher import StreamFlusher
     from agentd.llm.client import LLMClient
@@ -31,7 +33,7 @@ class Runtime:
     renewer: LeaseRenewer | None = None
     flusher: StreamFlusher | None = None
     # One HTTP client for every MCP server call of this process (pooled connections).
-    mcp_http: Any = None
+    mcp_http: httpx.AsyncClient | None = None
     # Called after a commit that enqueued work on a queue this process consumes, so the
     # successor is claimed at once without a NOTIFY (which would serialize commits).
     wake_local: Callable[[str], None] = field(default=lambda queue: None)

@@ -16,14 +16,14 @@ from __future__ import annotations
 import asyncio
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentd import logs
-from agentd.db.pool import Pool, transaction
+from agentd.db.pool import Connection, Pool, transaction
 from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.ticks import Signal, ticks
 from agentd.errors import AgentdError, ConfigError, DatabaseError
@@ -31,6 +31,9 @@ from agentd.settings import Settings
 from agentd.store import events, schedules
 from agentd.store.models import NewEvent
 from agentd.store.schedules import Schedule
+
+if TYPE_CHECKING:
+    from agentd.store.models import Loop
 
 log = logs.get("agentd.scheduler")
 
@@ -150,7 +153,7 @@ class Scheduler:
                     enabled=spec.enabled,
                 )
 
-    async def _start(self, conn: Any, s: Schedule) -> Any:
+    async def _start(self, conn: Connection, s: Schedule) -> Loop:
         # A savepoint: a schedule naming a removed agent must not undo the others' runs.
         async with conn.transaction():
             loop = await self.lifecycle.start_in(

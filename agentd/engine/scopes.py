@@ -28,7 +28,9 @@ _PROVIDERS = {"open_ai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemi
 
 
 def _outcome_on_exit(
-    ctx: Any, exc: BaseException | None, fallback: TurnOutcome | ToolCallOutcome
+    ctx: TurnContext | ToolContext,
+    exc: BaseException | None,
+    fallback: TurnOutcome | ToolCallOutcome,
 ) -> str:
     # CANCELLED and FAILED are the same words in both vocabularies.
     if isinstance(exc, asyncio.CancelledError):
@@ -39,7 +41,9 @@ def _outcome_on_exit(
 
 
 @contextlib.contextmanager
-def turn(telemetry: Telemetry, ctx: TurnContext, *, worker: str, job_id: Any) -> Iterator[None]:
+def turn(
+    telemetry: Telemetry, ctx: TurnContext, *, worker: str, job_id: int | None
+) -> Iterator[None]:
     loop = ctx.loop
     started = time.monotonic()
     attributes = {
@@ -115,7 +119,7 @@ def _annotate_turn(
 
 @contextlib.contextmanager
 def tool_call(
-    telemetry: Telemetry, ctx: ToolContext, *, agent: str | None, worker: str, job_id: Any
+    telemetry: Telemetry, ctx: ToolContext, *, agent: str | None, worker: str, job_id: int | None
 ) -> Iterator[None]:
     tc = ctx.tool_call
     started = time.monotonic()

@@ -177,7 +177,8 @@ class Engine:
                 tg.create_task(work(), name="worker")
         finally:
             await self.renewer.close()
-            await self.runtime.mcp_http.aclose()
+            if self.runtime.mcp_http is not None:  # always set above; the field is optional
+                await self.runtime.mcp_http.aclose()
             if self.llm is None:
                 await self.llm_client.aclose()
             log.info("engine.stopped", worker=str(self.runtime.worker_id))

@@ -19,7 +19,7 @@ import dataclasses
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from agentd import logs
@@ -35,7 +35,7 @@ from agentd.engine.ticks import Signal
 from agentd.errors import DatabaseError
 from agentd.states import ToolCallOutcome, TurnOutcome
 from agentd.store import jobs, loops, messages, tool_calls
-from agentd.store.models import Loop
+from agentd.store.models import Loop, ToolCall
 
 log = logs.get("agentd.worker")
 
@@ -293,11 +293,11 @@ class Worker:
         self,
         queue: str,
         loop_id: uuid.UUID,
-        coro: Any,
+        coro: Coroutine[Any, Any, None],
         *,
         reserved: bool = False,
         chained: bool = False,
-        **info: Any,
+        **info: object,
     ) -> None:
         if not reserved:
             self.busy[queue] += 1
@@ -379,7 +379,7 @@ class Worker:
 
     async def _run_tool(
         self,
-        tc: Any,
+        tc: ToolCall,
         lease_token: uuid.UUID,
         generation: uuid.UUID,
         agent: str | None,

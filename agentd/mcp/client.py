@@ -6,7 +6,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 from mcp.shared import inbound
@@ -25,6 +25,9 @@ from agentd.mcp.port import (
 from agentd.mcp.toolset import REQUIRES_APPROVAL_META_KEY
 from agentd.mcp.transports import transport_for
 from agentd.observability import tracing
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logs.get("agentd.mcp.client")
 
@@ -121,7 +124,11 @@ def is_synthetic(session_id: str | None) -> bool:
 
 class McpClient:
     def __init__(
-        self, config: McpServerConfig, transport: Transport | None = None, *, http: Any = None
+        self,
+        config: McpServerConfig,
+        transport: Transport | None = None,
+        *,
+        http: httpx.AsyncClient | None = None,
     ) -> None:
         self.config = config
         self.transport = transport if transport is not None else transport_for(config, http=http)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd.errors import ConfigError, McpError, UnknownTool
 from agentd.mcp.client import (
@@ -17,6 +17,9 @@ from agentd.mcp.client import (
 )
 from agentd.mcp.config import McpServerConfig
 from agentd.mcp.port import CallContext
+
+if TYPE_CHECKING:
+    import httpx
 
 
 @dataclass
@@ -62,7 +65,10 @@ class Toolbox:
 
 
 async def open_toolbox(
-    configs: list[McpServerConfig], context: CallContext | None = None, *, http: Any = None
+    configs: list[McpServerConfig],
+    context: CallContext | None = None,
+    *,
+    http: httpx.AsyncClient | None = None,
 ) -> Toolbox:
     names = [c.name for c in configs]
     duplicates = sorted({n for n in names if names.count(n) > 1})

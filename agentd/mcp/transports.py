@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from agentd.mcp.config import McpServerConfig
 from agentd.mcp.http import HttpTransport
 from agentd.mcp.port import Transport
 from agentd.mcp.stdio import StdioTransport
 
+if TYPE_CHECKING:
+    import httpx
 
-def transport_for(config: McpServerConfig, *, http: Any = None) -> Transport:
+
+def transport_for(config: McpServerConfig, *, http: httpx.AsyncClient | None = None) -> Transport:
     """The transport an entry names; `http` is a shared httpx.AsyncClient to reuse."""
     if config.url is not None:
         return HttpTransport(

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from agentd.db.pool import Connection
+from agentd.db.pool import Connection, Record
 from agentd.store.models import Loop, McpToolRow, Message, ToolCall
 from agentd.store.queries import sql
 
@@ -102,7 +102,7 @@ async def claim_llm(
     )
 
 
-def turn_prefetch(rec: Any) -> TurnPrefetch:
+def turn_prefetch(rec: Record) -> TurnPrefetch:
     """A turn's context from the `prefetch_*` columns (agentd_turn_prefetch's)."""
     return TurnPrefetch(
         messages=[Message.from_json(m) for m in rec["prefetch_messages"] or []],

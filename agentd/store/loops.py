@@ -16,14 +16,14 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from agentd.db.pool import Connection
+from agentd.db.pool import Connection, Record
 from agentd.states import LoopStatus
 from agentd.store import events
 from agentd.store.models import Loop, NewEvent, ToolCall
 from agentd.store.queries import sql
 
 
-def _loop(rec: Any) -> Loop | None:
+def _loop(rec: Record | None) -> Loop | None:
     return Loop.from_record(rec) if rec is not None else None
 
 

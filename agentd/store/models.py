@@ -6,8 +6,11 @@ import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 from uuid import UUID
+
+if TYPE_CHECKING:
+    from agentd.db.pool import Record
 
 
 def _convert(type_name: str) -> Any:
@@ -21,7 +24,7 @@ def _convert(type_name: str) -> Any:
     return None
 
 
-def _decimal(value: Any) -> Decimal:
+def _decimal(value: object) -> Decimal:
     # to_json renders numeric as a JSON number, which json.loads makes a float: its
     # shortest repr gives back the column's digits up to 15 significant ones. Only the
     # claims' copies of a loop come this way (for the budget check); the API reads rows.
@@ -47,7 +50,7 @@ class _Row:
         return cls._names, plan
 
     @classmethod
-    def from_record(cls, rec: Any) -> Self:
+    def from_record(cls, rec: Record) -> Self:
         names, _ = cls._fields()
         return cls(**{k: rec[k] for k in names.intersection(rec.keys())})
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from agentd.db.pool import Connection
+from agentd.db.pool import Connection, Record
 from agentd.store.models import _Row
 from agentd.store.queries import sql
 
@@ -40,7 +40,7 @@ class Schedule(_Row):
     updated_at: datetime
 
 
-def _s(rec: Any) -> Schedule | None:
+def _s(rec: Record | None) -> Schedule | None:
     return Schedule.from_record(rec) if rec is not None else None
 
 

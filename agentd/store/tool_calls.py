@@ -15,14 +15,14 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from agentd.db.pool import Connection
+from agentd.db.pool import Connection, Record
 from agentd.store import events, jobs
 from agentd.store.jobs import TurnPrefetch
 from agentd.store.models import Loop, NewEvent, ToolCall
 from agentd.store.queries import sql
 
 
-def _tc(rec: Any) -> ToolCall | None:
+def _tc(rec: Record | None) -> ToolCall | None:
     return ToolCall.from_record(rec) if rec is not None else None
 
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from agentd.db.pool import Connection
+from agentd.db.pool import Connection, Record
 from agentd.store.models import _Row
 from agentd.store.queries import sql
 
@@ -59,7 +59,7 @@ class Delivery(_Row):
     url: str | None = None  # the endpoint's, on list and get
 
 
-def _delivery(rec: Any) -> Delivery | None:
+def _delivery(rec: Record | None) -> Delivery | None:
     return Delivery.from_record(rec) if rec is not None else None
 
 
