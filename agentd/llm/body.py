@@ -21,7 +21,7 @@ from typing import Any
 LIST_KEYS = ("messages", "contents", "input")
 
 
-def _default(o: Any) -> Any:
+def _default(o: object) -> Any:
     raise TypeError(f"Object of type {o.__class__.__name__} is not JSON serializable")
 
 

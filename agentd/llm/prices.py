@@ -60,7 +60,7 @@ class Price:
         return (total / MILLION).quantize(QUANTUM, rounding=ROUND_HALF_EVEN)
 
 
-def _dec(value: Any) -> Decimal:
+def _dec(value: object) -> Decimal:
     # str() first: Decimal(2.5) is exact but Decimal(0.1) is 0.1000000000000000055...
     if isinstance(value, bool):
         raise ValueError("a price is a number, not a boolean")

@@ -13,7 +13,6 @@ import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 
@@ -31,7 +30,7 @@ class RetryPolicy:
     statuses: frozenset[int] = field(default=DEFAULT_STATUSES)
 
     @classmethod
-    def from_settings(cls, settings: Any) -> RetryPolicy:
+    def from_settings(cls, settings: object) -> RetryPolicy:
         statuses: Iterable[int] = getattr(settings, "llm_retry_statuses", DEFAULT_STATUSES)
         return cls(
             retries=int(getattr(settings, "llm_retries", 2)),

@@ -51,7 +51,7 @@ def is_notification(envelope: dict[str, Any]) -> bool:
     return "method" in envelope and "id" not in envelope
 
 
-def is_response(envelope: Any) -> bool:
+def is_response(envelope: object) -> bool:
     return (
         isinstance(envelope, dict)
         and "id" in envelope
@@ -69,7 +69,7 @@ def describe_error(err: dict[str, Any]) -> str:
     return f"MCP error {err.get('code')}: {err.get('message', '')}".rstrip()
 
 
-def dumps(envelope: Any, *, allow_nan: bool = True) -> str:
+def dumps(envelope: object, *, allow_nan: bool = True) -> str:
     """The exact text we put on the wire (compact, UTF-8 kept readable).
 
     It always encodes as UTF-8: a lone surrogate (from a `"\\ud800"` escape) stays
@@ -98,7 +98,7 @@ def loads(text: str | bytes) -> Any:
     return json.loads(text, parse_constant=_no_constants)
 
 
-def invalid_envelope(envelope: Any) -> str | None:
+def invalid_envelope(envelope: object) -> str | None:
     """Why `envelope` is not a JSON-RPC 2.0 request, notification or response (MCP rules:
     an id is a string or an integer, never null; params are an object), or None."""
     if not isinstance(envelope, dict):
@@ -122,7 +122,7 @@ def invalid_envelope(envelope: Any) -> str | None:
     return None
 
 
-def is_server_request(message: Any) -> bool:
+def is_server_request(message: object) -> bool:
     """A request the server sent to the client (elicitation, sampling, roots, ping)."""
     return isinstance(message, dict) and "method" in message and "id" in message
 

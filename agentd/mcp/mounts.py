@@ -17,9 +17,12 @@ import os
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd.errors import ConfigError
+
+if TYPE_CHECKING:
+    from agentd.settings import Settings
 
 #: `(token, request) -> principal | None` (sync or async); None answers 401.
 Authorizer = Callable[[str | None, Any], Any | Awaitable[Any]]
@@ -82,7 +85,7 @@ class TokenListAuthorizer:
         return f"TokenListAuthorizer(env={self.env!r})"
 
 
-def load_mounts(settings: Any) -> dict[str, McpMount]:
+def load_mounts(settings: Settings) -> dict[str, McpMount]:
     """Every mount by name: entry points first, then `[mcp_servers.*]`; duplicates fail."""
     found: dict[str, McpMount] = {}
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):

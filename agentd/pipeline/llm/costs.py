@@ -41,7 +41,7 @@ class TurnCost:
         }
 
 
-def _agent_price(agent: Any) -> prices.Price | None:
+def _agent_price(agent: object) -> prices.Price | None:
     raw = getattr(agent, "prices", None)
     if raw is None:
         return None
@@ -55,7 +55,7 @@ def _agent_price(agent: Any) -> prices.Price | None:
 
 
 def price_for(
-    settings: Settings, agent: Any, request: LLMRequest | None, resp: LLMResponse
+    settings: Settings, agent: object, request: LLMRequest | None, resp: LLMResponse
 ) -> prices.Price | None:
     configured = {
         name: prices.Price.of(cfg.model_dump(exclude_none=True))
@@ -82,7 +82,7 @@ def speed(completion: int, resp: LLMResponse) -> tuple[float | None, float | Non
 
 def of_turn(
     settings: Settings,
-    agent: Any,
+    agent: object,
     request: LLMRequest | None,
     resp: LLMResponse,
     used: TurnTokens,
