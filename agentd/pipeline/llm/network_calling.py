@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 from agentd.agent import resolve
 from agentd.db.pool import transaction
@@ -95,7 +96,9 @@ class NetworkCalling:
         )
         await self.app(ctx)
 
-    async def _open_shell(self, ctx: TurnContext):  # type: ignore[no-untyped-def]
+    async def _open_shell(
+        self, ctx: TurnContext
+    ) -> Callable[[StreamDelta | None], Awaitable[None]]:
         runtime = ctx.runtime
         async with transaction(runtime.pool) as conn:
             shell = await messages.insert_shell(
