@@ -8,7 +8,7 @@ import secrets
 import signal
 import sys
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd import __about__, event_loop, logs
 from agentd.api.serve import HttpServer, api_app
@@ -22,6 +22,9 @@ from agentd.errors import (
     DatabaseUnavailable,
 )
 from agentd.settings import QUEUES, Settings, load_settings
+
+if TYPE_CHECKING:
+    from agentd.db.pool import Pool
 
 log = logs.get("agentd.cli")
 
@@ -346,7 +349,7 @@ async def _api(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _require_current(pool: Any) -> None:
+async def _require_current(pool: Pool) -> None:
     from agentd.db import migrate
     from agentd.db.pool import connection
 

@@ -19,7 +19,7 @@ _LEVELS = {
 }
 
 
-def _scrub(_: Any, __: str, event: MutableMapping[str, Any]) -> dict[str, Any]:
+def _scrub(_: object, __: str, event: MutableMapping[str, Any]) -> dict[str, Any]:
     scrubbed: dict[str, Any] = redact.scrub(event)
     return scrubbed
 

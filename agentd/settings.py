@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -317,7 +325,7 @@ class Settings(BaseSettings):
 
     @field_validator("lease_margin", "lease_leak_grace")
     @classmethod
-    def _positive(cls, v: float, info: Any) -> float:
+    def _positive(cls, v: float, info: ValidationInfo) -> float:
         if v <= 0:
             raise ValueError(f"{info.field_name} must be > 0 (got {v})")
         return v

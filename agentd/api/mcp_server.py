@@ -377,7 +377,7 @@ class McpEndpoint:
         )
 
 
-def principal_label(principal: Any) -> str:
+def principal_label(principal: object) -> str:
     """What the session row and events record for a principal (its `str`, at most 200 chars)."""
     label = principal if isinstance(principal, str) else str(principal)
     return label[:200]

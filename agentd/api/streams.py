@@ -96,7 +96,7 @@ class LoopStream:
             self.sent = {i for i in self.sent if i > newest}
         return frames
 
-    def _status_frame(self, status: str, **extra: Any) -> str:
+    def _status_frame(self, status: str, **extra: object) -> str:
         self.status = status
         data = {"status": status, **{k: v for k, v in extra.items() if v is not None}}
         return _frame("status", self._next_id("s"), data)

@@ -31,19 +31,19 @@ log = logs.get("agentd.tracing")
 class _NoSpan:
     """Stands in for a span when tracing is off; accepts and drops everything."""
 
-    def set_attribute(self, key: str, value: Any) -> None:
+    def set_attribute(self, key: str, value: object) -> None:
         pass
 
-    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+    def set_attributes(self, attributes: Mapping[str, object]) -> None:
         pass
 
     def update_name(self, name: str) -> None:
         pass
 
-    def record_exception(self, exception: BaseException, **kw: Any) -> None:
+    def record_exception(self, exception: BaseException, **kw: object) -> None:
         pass
 
-    def set_status(self, *args: Any, **kw: Any) -> None:
+    def set_status(self, *args: object, **kw: object) -> None:
         pass
 
     def is_recording(self) -> bool:
