@@ -6,6 +6,7 @@ never an error page."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -139,7 +140,7 @@ async def list_loops(request: Request) -> Response:
     )
 
 
-def _field(form: Any, name: str) -> str:
+def _field(form: Mapping[str, object], name: str) -> str:
     value = form.get(name)
     return value.strip() if isinstance(value, str) else ""
 
@@ -309,7 +310,7 @@ async def loop_stream(request: Request, loop_id: str) -> Response:
 LIMIT_REASONS = (TransitionReason.MAX_STEPS, TransitionReason.TOKEN_BUDGET)
 
 
-def _limit(form: Any, name: str) -> int | None:
+def _limit(form: Mapping[str, object], name: str) -> int | None:
     """An optional positive whole number from the resume form (blank: unchanged)."""
     raw = _field(form, name).replace(",", "").replace("_", "")
     if not raw:

@@ -66,14 +66,14 @@ def _seconds(value: float | None) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
-def _money(value: Any) -> str:
+def _money(value: object) -> str:
     """A cost in USD as the admin shows it ("$0.0056"); "" for none (no price known)."""
     if value is None or value == "":
         return ""
     return "$" + (prices.money(Decimal(str(value))) or "0")
 
 
-def _usage(message: Any) -> dict[str, Any]:
+def _usage(message: object) -> dict[str, Any]:
     """A message's `metadata.usage` (cost, model, tps...), or {} when it has none."""
     meta = getattr(message, "metadata", None)
     usage = meta.get("usage") if isinstance(meta, dict) else None

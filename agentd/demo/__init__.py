@@ -23,10 +23,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd.settings import Settings
 from agentd.states import ApprovalStatus, LoopStatus, ToolCallStatus
+
+if TYPE_CHECKING:
+    from agentd.db.pool import Pool
 
 AGENT = "trip"
 TASK = (
@@ -88,7 +91,7 @@ async def _start_worker(url: str, config: Path, log: Path) -> asyncio.subprocess
         )
 
 
-async def _registered(pool: Any, *, within: float) -> None:
+async def _registered(pool: Pool, *, within: float) -> None:
     from agentd.db.pool import connection
     from agentd.store import workers
 

@@ -18,7 +18,6 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -96,7 +95,7 @@ class AgentdUp:
                     raise RuntimeError(f"agentd up never became ready:\n{self.text()[-3000:]}")
                 await asyncio.sleep(0.1)
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         if self.proc is not None and self.proc.returncode is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -160,7 +159,7 @@ class TcpProxy:
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         if self._server is not None:
             self._server.close()
             self._abort_all()

@@ -15,7 +15,7 @@ import contextlib
 import json
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,7 +80,7 @@ class WebhookReceiver:
     def first(self, webhook_id: str) -> Arrival:
         return next(a for a in self.arrivals if a.webhook_id == webhook_id and a.verified)
 
-    async def wait_for(self, predicate: Any, within: float = 10.0) -> None:
+    async def wait_for(self, predicate: Callable[[], bool], within: float = 10.0) -> None:
         async with asyncio.timeout(within), self._changed:
             await self._changed.wait_for(predicate)
 
