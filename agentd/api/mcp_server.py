@@ -84,7 +84,7 @@ class _Call:
 class McpEndpoint:
     """Pure ASGI app serving `mount.toolset` at one path (`/mcp/<name>`)."""
 
-    def __init__(self, name: str, mount: McpMount, state: Any) -> None:
+    def __init__(self, name: str, mount: McpMount, state: AppState) -> None:
         self.name = name
         self.mount = mount
         self.state = state  # AppState (or anything with .pool and .settings), read per request

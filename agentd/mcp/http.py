@@ -423,7 +423,7 @@ def shared_client(url: str) -> httpx.AsyncClient:
     return client
 
 
-_GARBAGE: Any = object()
+_GARBAGE: object = object()
 
 
 def _result_of(body: dict[str, Any] | None) -> dict[str, Any]:

@@ -133,7 +133,7 @@ class Telemetry:
         self._watched = _Watched()
         r.register(self._watched)
 
-    def watch(self, **sources: Any) -> None:
+    def watch(self, **sources: object) -> None:
         """Read these at scrape time: `pool`, `renewer`, `reaper`, `worker`."""
         for name, value in sources.items():
             setattr(self._watched, name, value)
