@@ -27,19 +27,19 @@ class StorableConnection(asyncpg.Connection):
     so no store function can forget it; json/jsonb parameters are cleaned by their codec.
     """
 
-    async def execute(self, query: str, *args: Any, **kw: Any) -> str:
+    async def execute(self, query: str, *args: object, **kw: object) -> str:
         return await super().execute(query, *storable.args(args), **kw)
 
     async def executemany(self, command: str, args: Any, **kw: Any) -> None:
         await super().executemany(command, [storable.args(tuple(a)) for a in args], **kw)
 
-    async def fetch(self, query: str, *args: Any, **kw: Any) -> list[Record]:
+    async def fetch(self, query: str, *args: object, **kw: object) -> list[Record]:
         return await super().fetch(query, *storable.args(args), **kw)
 
-    async def fetchrow(self, query: str, *args: Any, **kw: Any) -> Any:
+    async def fetchrow(self, query: str, *args: object, **kw: object) -> Any:
         return await super().fetchrow(query, *storable.args(args), **kw)
 
-    async def fetchval(self, query: str, *args: Any, **kw: Any) -> Any:
+    async def fetchval(self, query: str, *args: object, **kw: object) -> Any:
         return await super().fetchval(query, *storable.args(args), **kw)
 
     async def fetchmany(self, query: str, args: Any, **kw: Any) -> list[Record]:

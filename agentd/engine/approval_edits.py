@@ -10,6 +10,7 @@ Called by: Lifecycle.decide.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import jsonschema
@@ -19,7 +20,7 @@ from agentd.errors import ToolArgumentsInvalid
 MAX_ERRORS = 20
 
 
-def pointer(path: Any) -> str:
+def pointer(path: Iterable[object]) -> str:
     """A jsonschema error path as a JSON Pointer (RFC 6901): "" is the whole object."""
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
 
