@@ -44,7 +44,18 @@
       var typing = document.activeElement && live.contains(document.activeElement) &&
         document.activeElement.tagName === "INPUT" && document.activeElement.value;
       if (typing) { again = true; return; }  // do not wipe a half-typed denial reason
+      // The page carries each streaming answer's partial as the server last saved it; deltas
+      // that arrived while this fetch was in flight are newer than it, so keep them.
+      var streamed = {};
+      live.querySelectorAll("[data-live-message]").forEach(function (art) {
+        var t = art.querySelector(".live-text");
+        if (t) streamed[art.getAttribute("data-live-message")] = t.textContent;
+      });
       live.innerHTML = html;
+      live.querySelectorAll("[data-live-message]").forEach(function (art) {
+        var t = art.querySelector(".live-text"), seen = streamed[art.getAttribute("data-live-message")];
+        if (t && seen) t.textContent = joined(t.textContent, seen);
+      });
       live.querySelectorAll("details").forEach(function (d, i) {
         var art = d.closest("[id]"); if (open[(art ? art.id : "") + ":" + i]) d.open = true;
       });
@@ -54,6 +65,17 @@
       busy = false;
       if (again) { again = false; setTimeout(refresh, 250); }
     });
+  }
+
+  // `saved` (the server's partial) and `seen` (what the deltas showed here) are two views of
+  // one growing text: `seen` may extend `saved`, overlap its end, or follow it.
+  function joined(saved, seen) {
+    if (seen.indexOf(saved) === 0) return seen;
+    if (saved.indexOf(seen) === 0) return saved;
+    for (var k = Math.min(saved.length, seen.length); k > 0; k--) {
+      if (saved.slice(saved.length - k) === seen.slice(0, k)) return saved + seen.slice(k);
+    }
+    return saved + seen;
   }
 
   function liveBubble(id) {
