@@ -90,10 +90,8 @@ class Tally:
         self.messages = 0
         self.chars = 0
         self.inline_chars = 0
-        self.last: Carry | None = None  # the last carry added (a memoized message replays it)
 
     def add(self, carry: Carry) -> None:
-        self.last = carry
         if carry.native or carry.inline:
             self.messages += 1
         self.chars += carry.chars + len(carry.inline)

@@ -35,30 +35,28 @@ NAME = "open_ai"
 def _render_message(
     message: Message, strategies: list[str], tally: reasoning.Tally, elements: dict[int, str]
 ) -> dict[str, Any]:
-    def render() -> tuple[dict[str, Any], reasoning.Carry | None]:
-        counted = reasoning.Tally()
-        out = _render_one(message, strategies, counted)
-        return out, counted.last
-
-    out, carry = render_memo(message, (NAME, tuple(strategies)), render, elements)
+    out, carry = render_memo(
+        message, (NAME, tuple(strategies)), lambda: _render_one(message, strategies), elements
+    )
     if carry is not None:
         tally.add(carry)
     return out
 
 
 def _render_one(
-    message: Message, strategies: list[str], tally: reasoning.Tally
-) -> dict[str, Any]:
+    message: Message, strategies: list[str]
+) -> tuple[dict[str, Any], reasoning.Carry | None]:
+    """The message's element of `messages`, and its reasoning carry (assistants only)."""
     if message.role == "tool":
-        return {
+        tool = {
             "role": "tool",
             "tool_call_id": message.tool_call_id or "",
             "content": message.content or "",
         }
+        return tool, None
     if message.role != "assistant":
-        return {"role": message.role, "content": message.content or ""}
+        return {"role": message.role, "content": message.content or ""}, None
     carry = reasoning.plan(message, strategies, NAME)
-    tally.add(carry)
     out: dict[str, Any] = {"role": "assistant", "content": reasoning.weld(message.content, carry)}
     if carry.native:
         out["reasoning_content"] = message.reasoning
@@ -76,7 +74,7 @@ def _render_one(
         ]
     elif out["content"] is None:
         out["content"] = ""
-    return out
+    return out, carry
 
 
 def parse_usage(raw: Any) -> Usage | None:
@@ -134,9 +132,7 @@ class OpenAI:
         elements: dict[int, str] = {}
         payload: dict[str, Any] = {
             "model": request.provider.model,
-            "messages": [
-                _render_message(m, strategies, tally, elements) for m in request.messages
-            ],
+            "messages": [_render_message(m, strategies, tally, elements) for m in request.messages],
             "stream": request.stream,
         }
         if request.stream:
