@@ -25,8 +25,8 @@ from agentd.db import pool as dbpool
 from agentd.engine.lifecycle import Lifecycle
 from agentd.settings import Settings
 from agentd.states import TransitionReason
-from agentd.store import loops as loops_store
 from agentd.store import tool_calls as tc_store
+from agentd.testing import factories
 from agentd.testing.agents import invocations
 from bench import agents
 from bench.common import PY, Calibration, Proc, ThrowawayDB, fake_llm, pct, save, table
@@ -125,27 +125,8 @@ async def trial(
         t_rec = time.monotonic()
         async with dbpool.transaction(lc.pool) as conn:
             stale_ok = (
-                await loops_store.finalize_turn_all(
-                    conn,
-                    loop_id=loop.id,
-                    execution_token=row["execution_token"],
-                    tokens=(0, 0, 0),
-                    estimated=False,
-                    shell_message_id=None,
-                    message={
-                        "content": "stale",
-                        "reasoning": None,
-                        "metadata": {},
-                        "ttft": None,
-                        "duration": 0.0,
-                        "finish_reason": "stop",
-                    },
-                    calls=[],
-                    sequential=False,
-                    tool_lease_seconds=30.0,
-                    notify_tool=False,
-                    turn_events=[],
-                    attach=[],
+                await factories.finalize_answer(
+                    conn, loop.id, row["execution_token"], content="stale", tokens=(0, 0, 0)
                 )
                 is None
             )

@@ -351,3 +351,37 @@ async def mcp_tools(
         list(names),
         list(names.values()),
     )
+
+
+async def finalize_answer(
+    conn: Connection,
+    loop_id: uuid.UUID,
+    token: uuid.UUID,
+    *,
+    content: str = "done",
+    tokens: tuple[int, int, int] = (1, 1, 0),
+) -> loops.FinalizedTurn | None:
+    """What ResponseParsing commits for a final answer (no tool calls), fenced by `token`:
+    None when the fence is lost."""
+    return await loops.finalize_turn_all(
+        conn,
+        loop_id=loop_id,
+        execution_token=token,
+        tokens=tokens,
+        estimated=False,
+        shell_message_id=None,
+        message={
+            "content": content,
+            "reasoning": None,
+            "metadata": {},
+            "ttft": None,
+            "duration": 0.0,
+            "finish_reason": "stop",
+        },
+        calls=[],
+        sequential=False,
+        tool_lease_seconds=30.0,
+        notify_tool=False,
+        turn_events=[],
+        attach=[],
+    )

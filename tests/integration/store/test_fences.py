@@ -21,7 +21,7 @@ from agentd.pipeline.llm.response_parsing import ResponseParsing
 from agentd.pipeline.tool.response_creation import ResponseCreation
 from agentd.registry import AgentRegistry
 from agentd.states import LoopStatus, TransitionReason
-from agentd.store import jobs, loops, tool_calls
+from agentd.store import jobs, tool_calls
 from agentd.store.models import Loop
 from agentd.testing import agents, factories
 from agentd.testing.engine import fast_settings
@@ -60,32 +60,6 @@ async def everything(pool: Pool, loop_id: uuid.UUID) -> dict[str, Any]:
         } | {"loop": dict(await conn.fetchrow("SELECT * FROM loops WHERE id = $1", loop_id))}
 
 
-async def finalize(conn: Any, loop_id: uuid.UUID, token: uuid.UUID) -> loops.FinalizedTurn | None:
-    """What ResponseParsing commits for a final answer (no tool calls)."""
-    return await loops.finalize_turn_all(
-        conn,
-        loop_id=loop_id,
-        execution_token=token,
-        tokens=(1, 1, 0),
-        estimated=False,
-        shell_message_id=None,
-        message={
-            "content": "done",
-            "reasoning": None,
-            "metadata": {},
-            "ttft": None,
-            "duration": 0.0,
-            "finish_reason": "stop",
-        },
-        calls=[],
-        sequential=False,
-        tool_lease_seconds=30.0,
-        notify_tool=False,
-        turn_events=[],
-        attach=[],
-    )
-
-
 async def claim(pool: Pool) -> tuple[uuid.UUID, Loop]:
     token = uuid.uuid4()
     async with connection(pool) as conn:
@@ -108,7 +82,7 @@ async def test_stale_turn_after_pause_and_resume_cannot_write(
     before = await everything(pool, started.id)
 
     async with transaction(pool) as conn:
-        assert await finalize(conn, started.id, stale_token) is None
+        assert await factories.finalize_answer(conn, started.id, stale_token) is None
 
     ctx = TurnContext(runtime=runtime, loop=stale_loop, execution_token=stale_token)
     ctx.agent = registry.instantiate("calc", ctx.loop_view)
@@ -129,7 +103,7 @@ async def test_stale_turn_after_pause_and_resume_cannot_write(
 
     assert await everything(pool, started.id) == before
     async with transaction(pool) as conn:
-        done = await finalize(conn, started.id, current_token)
+        done = await factories.finalize_answer(conn, started.id, current_token)
     assert done is not None and done.loop.status == LoopStatus.COMPLETED
     assert done.loop.status_reason == TransitionReason.MODEL_FINISHED
 
