@@ -157,14 +157,14 @@ async def test_turn_and_tool_finalize_round_trip_awkward_values(pool: Pool) -> N
         result=JSON_TEXT, structured=NESTED, is_success=False, error_message=UNICODE,
         duration=2.5e-5,
     )  # fmt: skip
-    async with connection(pool) as conn:
-        fin = await tool_calls.finish(
+
+    async def finish(conn: Any, **varying: Any) -> tool_calls.Finished | None:
+        return await tool_calls.finish(
             conn,
             tool_call_id=tcs[0]["id"],
             loop_id=loop_id,
             lease_token=own[0],
             generation=token,
-            checkpoint=checkpoint,
             sequential=False,
             new_token=uuid.uuid4(),
             status_reason="tool_results",
@@ -172,6 +172,13 @@ async def test_turn_and_tool_finalize_round_trip_awkward_values(pool: Pool) -> N
             tool_lease_seconds=30.0,
             notify_llm=False,
             notify_tool=False,
+            **varying,
+        )
+
+    async with connection(pool) as conn:
+        fin = await finish(
+            conn,
+            checkpoint=checkpoint,
             call_events=[
                 _event(loop_id, name="tool.result", response_data=NESTED, log=UNICODE),
                 _event(loop_id, name="tool.done", tool_call_id=tcs[0]["id"]),
@@ -185,22 +192,8 @@ async def test_turn_and_tool_finalize_round_trip_awkward_values(pool: Pool) -> N
             "SELECT * FROM events WHERE loop_id = $1 AND name LIKE 'tool.%' ORDER BY id", loop_id
         )
         # A second end of the same call loses its fence and writes nothing.
-        again = await tool_calls.finish(
-            conn,
-            tool_call_id=tcs[0]["id"],
-            loop_id=loop_id,
-            lease_token=own[0],
-            generation=token,
-            checkpoint=None,
-            sequential=False,
-            new_token=uuid.uuid4(),
-            status_reason="tool_results",
-            llm_lease_seconds=30.0,
-            tool_lease_seconds=30.0,
-            notify_llm=False,
-            notify_tool=False,
-            call_events=[_event(loop_id, name="tool.never")],
-            attach=[False],
+        again = await finish(
+            conn, checkpoint=None, call_events=[_event(loop_id, name="tool.never")], attach=[False]
         )
         assert again is None
         assert not await conn.fetchval("SELECT count(*) FROM events WHERE name = 'tool.never'")
