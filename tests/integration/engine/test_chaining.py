@@ -184,6 +184,20 @@ async def _idle(eng: Any) -> bool:
     return eng.worker.in_flight == 0 and eng.worker.busy == {"llm": 0, "tool": 0}
 
 
+async def _completed_and_idle(
+    pool: Pool, database_url: str, registry: AgentRegistry, fake_llm: FakeLLM, stacks: Any
+) -> Any:
+    """Run one `calc` loop to completion on an engine with `stacks`, until every slot is
+    given back; the loop as started."""
+    async with running_engine(pool, database_url, registry, stacks=stacks) as eng:
+        loop = await eng.lifecycle.start(
+            agent="calc", message="add", state={"llm": fake_llm.base_url}
+        )
+        await eventually(lambda: completed(pool, loop.id))
+        await eventually(lambda: _idle(eng))
+    return loop
+
+
 async def test_a_custom_turn_finalizer_chains_nothing_its_calls_are_claimed(
     pool: Pool,
     database_url: str,
@@ -193,12 +207,7 @@ async def test_a_custom_turn_finalizer_chains_nothing_its_calls_are_claimed(
 ) -> None:
     script(fake_llm, 2)
     stacks = _replacing(llm=UnchainedParsing)
-    async with running_engine(pool, database_url, registry, stacks=stacks) as eng:
-        loop = await eng.lifecycle.start(
-            agent="calc", message="add", state={"llm": fake_llm.base_url}
-        )
-        await eventually(lambda: completed(pool, loop.id))
-        await eventually(lambda: _idle(eng))  # every slot given back
+    loop = await _completed_and_idle(pool, database_url, registry, fake_llm, stacks)
     async with connection(pool) as conn:
         calls = await tool_calls.list_for_loop(conn, loop_id=loop.id)
     assert sorted(tool_claims) == sorted(c.id for c in calls)  # all through the queue
@@ -214,12 +223,7 @@ async def test_a_custom_tool_finalizer_chains_nothing_the_next_turn_is_claimed(
 ) -> None:
     script(fake_llm, 2)
     stacks = _replacing(tool=UnchainedCreation)
-    async with running_engine(pool, database_url, registry, stacks=stacks) as eng:
-        loop = await eng.lifecycle.start(
-            agent="calc", message="add", state={"llm": fake_llm.base_url}
-        )
-        await eventually(lambda: completed(pool, loop.id))
-        await eventually(lambda: _idle(eng))
+    loop = await _completed_and_idle(pool, database_url, registry, fake_llm, stacks)
     assert turn_claims == [loop.id, loop.id]  # the second turn came through the queue too
 
 
@@ -269,12 +273,7 @@ async def test_calls_leased_by_a_turn_cancelled_after_its_commit_go_back_to_the_
     script(fake_llm, 2)
     CancelledOnce.hits = 0
     stacks = Stacks(configure_llm=lambda b: b.insert_after(ResponseParsing, CancelledOnce))
-    async with running_engine(pool, database_url, registry, stacks=stacks) as eng:
-        loop = await eng.lifecycle.start(
-            agent="calc", message="add", state={"llm": fake_llm.base_url}
-        )
-        await eventually(lambda: completed(pool, loop.id))
-        await eventually(lambda: _idle(eng))
+    loop = await _completed_and_idle(pool, database_url, registry, fake_llm, stacks)
     async with connection(pool) as conn:
         calls = await tool_calls.list_for_loop(conn, loop_id=loop.id)
     assert sorted(tool_claims) == sorted(c.id for c in calls)  # handed back, then claimed
