@@ -55,31 +55,16 @@ class Janitor:
         now = datetime.now(UTC)
         if s.mcp_inbound_session_retention is not None:
             cutoff = now - s.mcp_inbound_session_retention
-            while True:
-                async with transaction(self.pool) as conn:
-                    n = await mcp.prune_inbound(conn, cutoff=cutoff, batch=s.janitor_batch_size)
-                report.inbound_sessions += n
-                if n < s.janitor_batch_size:
-                    break
+            report.inbound_sessions += await self._batches(mcp.prune_inbound, cutoff)
         if s.wire_log_retention is not None:
             cutoff = now - s.wire_log_retention
             report.wire_logs += await self._batches(events.prune_wire, cutoff)
             report.wire_parts += await self._batches(events.prune_wire_parts, cutoff)
         if s.event_retention is not None:
             cutoff = now - s.event_retention
-            while True:
-                async with transaction(self.pool) as conn:
-                    n = await events.prune(conn, cutoff=cutoff, batch=s.janitor_batch_size)
-                report.events += n
-                if n < s.janitor_batch_size:
-                    break
+            report.events += await self._batches(events.prune, cutoff)
         cutoff = now - s.idempotency_key_retention
-        while True:
-            async with transaction(self.pool) as conn:
-                n = await idempotency_keys.prune(conn, cutoff=cutoff, batch=s.janitor_batch_size)
-            report.idempotency_keys += n
-            if n < s.janitor_batch_size:
-                break
+        report.idempotency_keys += await self._batches(idempotency_keys.prune, cutoff)
         if s.webhook_delivery_retention is not None:
             cutoff = now - s.webhook_delivery_retention
             report.webhook_deliveries += await self._batches(webhooks.prune, cutoff)
