@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
 from agentd import logs
+from agentd.api.stream_hub import DeltaCursor
 from agentd.db.listener import Listener
 
 log = logs.get("agentd.admin.live")
@@ -118,12 +119,34 @@ def _frame(event: str, data: dict[str, Any]) -> str:
     return f"event: {event}\ndata: {json.dumps(data, default=str)}\n\n"
 
 
-async def frames(hub: Hub, loop_id: UUID) -> AsyncIterator[str]:
-    """The SSE body of one loop page; runs until the page goes away."""
+async def frames(
+    hub: Hub,
+    loop_id: UUID,
+    partial: Callable[[], Awaitable[tuple[int, str] | None]] | None = None,
+) -> AsyncIterator[str]:
+    """The SSE body of one loop page; runs until the page goes away.
+
+    `partial` reads the streaming shell's saved text (id, text): read after subscribing, it
+    is sent first, and the deltas after it start where it ends (offsets, DeltaCursor).
+    """
     queue = await hub.subscribe(loop_id)
+    cursor = DeltaCursor()
+
+    def delta_frame(item: dict[str, Any]) -> str | None:
+        delta = cursor.take(item)
+        if delta is None:
+            return None
+        data = {"message_id": delta.message_id, "offset": delta.offset, "delta": delta.text}
+        return _frame("delta", data)
+
     try:
         # Anything between the page's render and this subscription is caught by a refresh.
         yield "retry: 2000\n\n" + _frame("refresh", {"reason": "connected"})
+        shell = await partial() if partial is not None else None
+        if shell is not None:
+            first = delta_frame({"message_id": shell[0], "offset": 0, "delta": shell[1]})
+            if first is not None:
+                yield first
         while True:
             try:
                 item = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
@@ -131,9 +154,9 @@ async def frames(hub: Hub, loop_id: UUID) -> AsyncIterator[str]:
                 yield ": keep-alive\n\n"
                 continue
             if item.get("type") == "delta":
-                yield _frame(
-                    "delta", {"message_id": item.get("message_id"), "delta": item.get("delta", "")}
-                )
+                frame = delta_frame(item)
+                if frame is not None:
+                    yield frame
             else:
                 yield _frame("refresh", {"reason": item.get("type"), "status": item.get("status")})
     finally:

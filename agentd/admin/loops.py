@@ -17,6 +17,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from agentd.admin import forms, live, render
 from agentd.api.state import AppState
+from agentd.api.stream_hub import streaming_partial
 from agentd.db.pool import connection
 from agentd.engine import loop_limits, loop_state
 from agentd.engine.lifecycle import DEFAULT_RESUME_FROM
@@ -298,8 +299,15 @@ async def loop_stream(request: Request, loop_id: str) -> Response:
     if not loop.observed and loop.status in ACTIVE:
         await state.lifecycle.observe(ident, True)
     hub: live.Hub = request.app.state.admin_hub
+
+    async def partial() -> tuple[int, str] | None:
+        async with connection(state.pool) as conn:
+            rows = await messages.list_(conn, loop_id=ident, include_hidden=True)
+        shell = streaming_partial(rows)
+        return (shell.id, shell.content or "") if shell is not None else None
+
     return StreamingResponse(
-        live.frames(hub, ident),
+        live.frames(hub, ident, partial),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -45,7 +45,15 @@ from fastapi.responses import Response, StreamingResponse
 
 from agentd.api.problems import ApiProblem
 from agentd.api.routes_loops import app_state
-from agentd.api.stream_hub import END, KEEPALIVE_SECONDS, StreamHub, Subscription, newest_assistant
+from agentd.api.stream_hub import (
+    END,
+    KEEPALIVE_SECONDS,
+    DeltaCursor,
+    StreamHub,
+    Subscription,
+    newest_assistant,
+    streaming_partial,
+)
 from agentd.db.pool import connection
 from agentd.errors import LoopNotFound
 from agentd.llm import prices
@@ -160,6 +168,7 @@ class AguiStream:
         self.open_text = ""
         self.open_len = 0
         self.open_live = True
+        self.deltas = DeltaCursor()
         self.last_state: Any = loop.state
         # Tokens of the model calls this run has sent, per model (RUN_FINISHED `usage`).
         self.usage: dict[str, dict[str, int]] = {}
@@ -201,20 +210,21 @@ class AguiStream:
 
     def _on_delta(self, item: dict[str, Any]) -> list[str]:
         mid = item.get("message_id")
-        delta = item.get("delta")
-        if not isinstance(mid, int) or not isinstance(delta, str):
-            return []
-        if mid <= self.floor or mid in self.sent:
+        if not isinstance(mid, int) or (mid <= self.floor or mid in self.sent):
             return []  # a late delta of a message already committed and sent
+        delta = self.deltas.take(item)
+        if delta is None:
+            return []  # shown already (a partial read on joining, or a repeat)
         frames: list[str] = []
         if self.open_id != mid:
             frames += self._close()
             frames += self._open(mid)
         elif not self.open_live:
             return []
-        if item.get("truncated"):
-            self.open_live = False  # the rest comes from the committed text
-        return frames + self._content(delta)
+        if delta.gap:
+            self.open_live = False  # a hole the client cannot fill: the commit does
+            return frames
+        return frames + self._content(delta.text)
 
     # --- committed messages ----------------------------------------------------------
 
@@ -426,7 +436,9 @@ class AguiStream:
 
     async def _frames(self) -> AsyncIterator[str]:
         async with connection(self.state.pool) as conn:
-            rows = await messages.list_(conn, loop_id=self.loop.id)
+            rows = await messages.list_(conn, loop_id=self.loop.id, include_hidden=True)
+        shell = streaming_partial(rows)
+        rows = [m for m in rows if not m.hidden]
         resume = self.resume
         if resume is None or resume.ended:
             # A new run: it starts after every message there is now.
@@ -459,6 +471,12 @@ class AguiStream:
             for frame in self._finish(loop):
                 yield frame
             return
+        if shell is not None and shell.content and (resume is None or resume.ended):
+            # Joined mid-turn: the text so far, then deltas from where it ends.
+            for frame in self._on_delta(
+                {"message_id": shell.id, "offset": 0, "delta": shell.content}
+            ):
+                yield frame
         while True:
             try:
                 item = await asyncio.wait_for(self.sub.queue.get(), KEEPALIVE_SECONDS)

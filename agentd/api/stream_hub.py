@@ -19,7 +19,7 @@ from uuid import UUID
 from agentd import logs
 from agentd.db.listener import Listener
 from agentd.errors import DatabaseUnavailable
-from agentd.states import LoopStatus
+from agentd.states import LoopStatus, MessageStatus
 from agentd.store.models import Message
 
 log = logs.get("agentd.api.stream_hub")
@@ -125,3 +125,68 @@ def newest_assistant(rows: list[Message], at_most: int | None = None) -> int:
     since the tool results of one turn never commit before their assistant message."""
     ids = [m.id for m in rows if m.role == "assistant" and (at_most is None or m.id <= at_most)]
     return max(ids, default=0)
+
+
+def streaming_partial(rows: list[Message]) -> Message | None:
+    """The shell a turn is streaming into, with the text it has saved so far (rows read
+    with hidden ones): what a subscriber joining mid-turn is shown first."""
+    shells = [
+        m
+        for m in rows
+        if m.hidden and m.role == "assistant" and m.status == MessageStatus.PROCESSING
+    ]
+    newest = max(shells, key=lambda m: m.id, default=None)
+    return newest if newest is not None and newest.content else None
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    message_id: int
+    offset: int
+    text: str
+    #: some text before `offset` never reached this connection (a NOTIFY-sized cut).
+    gap: bool = False
+
+
+class DeltaCursor:
+    """What one connection has shown of each streamed message, so that every delta it
+    sends starts exactly where the previous one ended.
+
+    The engine's deltas carry `offset` (characters before them, store/events.delta_payload),
+    and a subscriber may also have read a saved partial: the same text can reach it twice,
+    from either side. The cursor drops what was shown and keeps only the rest.
+    """
+
+    def __init__(self) -> None:
+        self._shown: dict[int, int] = {}
+
+    def shown(self, message_id: int) -> int:
+        return self._shown.get(message_id, 0)
+
+    def seed(self, message_id: int, text: str) -> Delta | None:
+        """A saved partial read from the database; the part not shown yet, if any."""
+        return self.take({"message_id": message_id, "offset": 0, "delta": text})
+
+    def take(self, item: dict[str, Any]) -> Delta | None:
+        mid, text, offset = item.get("message_id"), item.get("delta"), item.get("offset")
+        if not isinstance(mid, int) or not isinstance(text, str):
+            return None
+        shown = self._shown.get(mid)
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            # An engine from before offsets: its deltas are contiguous but unplaced.
+            offset = 0 if shown is None else shown
+        if shown is None:
+            shown = 0 if offset == 0 else offset  # joined mid-stream with no partial read
+            gap = False
+        else:
+            gap = offset > shown
+        end = offset + len(text)
+        if end <= shown:
+            return None
+        start = max(offset, shown)
+        self._shown[mid] = end
+        rest = text[start - offset :]
+        return Delta(mid, start, rest, gap) if rest else None
+
+    def forget(self, message_id: int) -> None:
+        self._shown.pop(message_id, None)

@@ -38,9 +38,11 @@ from agentd.api.stream_hub import (
     END,
     KEEPALIVE_SECONDS,
     RESYNC,
+    DeltaCursor,
     StreamHub,
     Subscription,
     newest_assistant,
+    streaming_partial,
 )
 from agentd.db.pool import connection
 from agentd.errors import LoopNotFound
@@ -75,6 +77,7 @@ class LoopStream:
         self.high = 0  # highest message id sent, the N of non-message event ids
         self.counter = 0
         self.status = loop.status
+        self.deltas = DeltaCursor()
 
     def _next_id(self, kind: str) -> str:
         self.counter += 1
@@ -96,6 +99,22 @@ class LoopStream:
             self.sent = {i for i in self.sent if i > newest}
         return frames
 
+    def _delta_frame(self, item: dict[str, Any]) -> str | None:
+        mid = item.get("message_id")
+        if isinstance(mid, int) and (mid <= self.floor or mid in self.sent):
+            return None  # a late delta of a message already committed and sent
+        delta = self.deltas.take(item)
+        if delta is None:
+            return None
+        data: dict[str, Any] = {
+            "message_id": delta.message_id,
+            "offset": delta.offset,
+            "delta": delta.text,
+        }
+        if delta.gap:
+            data["truncated"] = True  # text before `offset` was cut; the message carries it
+        return _frame("delta", self._next_id("d"), data)
+
     def _status_frame(self, status: str, **extra: object) -> str:
         self.status = status
         data = {"status": status, **{k: v for k, v in extra.items() if v is not None}}
@@ -110,7 +129,9 @@ class LoopStream:
 
     async def _frames(self) -> AsyncIterator[str]:
         async with connection(self.state.pool) as conn:
-            rows = await messages.list_(conn, loop_id=self.loop.id)
+            rows = await messages.list_(conn, loop_id=self.loop.id, include_hidden=True)
+        shell = streaming_partial(rows)
+        rows = [m for m in rows if not m.hidden]
         if self.resume_from is None:
             self.floor = newest_assistant(rows)
             self.sent = {m.id for m in rows if m.id > self.floor}
@@ -128,6 +149,11 @@ class LoopStream:
         yield self._status_frame(loop.status, reason=loop.status_reason, error=loop.error_message)
         if loop.status in END:
             return
+        if shell is not None and shell.content:
+            # Joined mid-turn: first the text so far, then deltas from where it ends.
+            first = self._delta_frame({"message_id": shell.id, "offset": 0, "delta": shell.content})
+            if first is not None:
+                yield first
         while True:
             try:
                 item = await asyncio.wait_for(self.sub.queue.get(), KEEPALIVE_SECONDS)
@@ -136,10 +162,9 @@ class LoopStream:
                 continue
             kind = item.get("type")
             if kind == "delta":
-                data = {"message_id": item.get("message_id"), "delta": item.get("delta", "")}
-                if item.get("truncated"):
-                    data["truncated"] = True
-                yield _frame("delta", self._next_id("d"), data)
+                delta_frame = self._delta_frame(item)
+                if delta_frame is not None:
+                    yield delta_frame
             elif kind == "message":
                 for frame in await self._catch_up():
                     yield frame

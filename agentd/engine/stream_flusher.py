@@ -16,7 +16,6 @@ Called by: NetworkCalling (submit/close), engine.service (run).
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from dataclasses import dataclass, field
 
@@ -36,8 +35,14 @@ class _Shell:
     observed: bool
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
-    pending: list[str] = field(default_factory=list)
+    #: characters of `content` already handed to a flush: the next delta's offset.
+    flushed: int = 0
     dirty: bool = False
+
+    def text(self) -> str:
+        whole = "".join(self.content)
+        self.content = [whole]  # join once per tick, not over every chunk again
+        return whole
 
 
 class StreamFlusher:
@@ -53,21 +58,25 @@ class StreamFlusher:
         shell = self._shells.get(shell_id)
         if shell is None:
             return
-        shell.content.append(content)
+        if content:
+            shell.content.append(content)
         if reasoning:
             shell.reasoning.append(reasoning)
-        if content:
-            shell.pending.append(content)
         shell.dirty = True
 
     async def close(self, shell_id: int) -> None:
         """The stream ended: publish what observers have not seen yet, before the commit."""
         shell = self._shells.pop(shell_id, None)
-        if shell is None or not (shell.observed and shell.pending):
+        if shell is None or not shell.observed:
+            return
+        text = shell.text()[shell.flushed :]
+        if not text:
             return
         try:
             async with transaction(self.pool) as conn:
-                await events.publish_many(conn, [_delta(shell_id, shell)])
+                await events.publish_many(
+                    conn, [_delta(shell_id, shell, offset=shell.flushed, text=text)]
+                )
         except DatabaseError as exc:
             log.warning("stream_flusher.failed", error=str(exc))
 
@@ -78,26 +87,37 @@ class StreamFlusher:
         dirty = [(sid, s) for sid, s in self._shells.items() if s.dirty]
         if not dirty:
             return 0
-        ids = [sid for sid, _ in dirty]
-        contents = ["".join(s.content) for _, s in dirty]
-        reasonings = ["".join(s.reasoning) or None for _, s in dirty]
-        tokens = [s.token for _, s in dirty]
-        for _, s in dirty:
+        # Snapshot each shell's text and its new part together, before any await: the delta
+        # published with a partial is exactly what that partial adds to the previous one,
+        # so a subscriber can line deltas up against any partial it read (offsets).
+        texts = [s.text() for _, s in dirty]
+        starts = [s.flushed for _, s in dirty]
+        for (_, s), text in zip(dirty, texts, strict=True):
+            s.flushed = len(text)
             s.dirty = False
-        async with transaction(self.pool) as conn:
-            observed = await messages.update_partial_many(
-                conn, ids=ids, contents=contents, reasonings=reasonings, tokens=tokens
-            )
-            payloads = []
-            for sid, s in dirty:
-                if not s.observed and observed.get(sid):
-                    # Someone subscribed mid-turn: the first delta carries the text so far.
-                    s.observed = True
-                    s.pending = list(s.content)
-                if s.observed and s.pending:
-                    payloads.append(_delta(sid, s))
-                s.pending.clear()
-            await events.publish_many(conn, payloads)
+        try:
+            async with transaction(self.pool) as conn:
+                observed = await messages.update_partial_many(
+                    conn,
+                    ids=[sid for sid, _ in dirty],
+                    contents=texts,
+                    reasonings=["".join(s.reasoning) or None for _, s in dirty],
+                    tokens=[s.token for _, s in dirty],
+                )
+                payloads = []
+                for (sid, s), text, start in zip(dirty, texts, starts, strict=True):
+                    if not s.observed and observed.get(sid):
+                        # Someone subscribed mid-turn: the first delta carries the text so far.
+                        s.observed = True
+                        start = 0
+                    if s.observed and len(text) > start:
+                        payloads.append(_delta(sid, s, offset=start, text=text[start:]))
+                await events.publish_many(conn, payloads)
+        except BaseException:
+            for (_, s), start in zip(dirty, starts, strict=True):
+                s.flushed = min(s.flushed, start)  # nothing was saved: the next tick retries
+                s.dirty = True
+            raise
         return len(dirty)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -108,16 +128,7 @@ class StreamFlusher:
                 log.warning("stream_flusher.failed", error=str(exc))
 
 
-def _delta(shell_id: int, shell: _Shell) -> str:
-    text = "".join(shell.pending)
-    shell.pending.clear()
-    payload: dict[str, object] = {
-        "type": "delta",
-        "loop_id": str(shell.loop_id),
-        "message_id": shell_id,
-        "delta": text,
-    }
-    if len(text.encode()) > 7000:  # NOTIFY payloads stop at 8000 bytes
-        payload["delta"] = text[-2000:]
-        payload["truncated"] = True  # the committed message carries the whole text
-    return json.dumps(payload)
+def _delta(shell_id: int, shell: _Shell, *, offset: int, text: str) -> str:
+    return events.delta_payload(
+        loop_id=shell.loop_id, message_id=shell_id, offset=offset, text=text
+    )

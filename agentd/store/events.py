@@ -314,6 +314,28 @@ async def list_for_inbound(
     return [Event.from_record(r) for r in rows]
 
 
+def delta_payload(*, loop_id: UUID, message_id: int, offset: int, text: str) -> str:
+    """A `delta` notification: `text` streamed into a shell, `offset` characters after its start.
+
+    Each delta starts exactly where the partial saved with the previous one ends, so a
+    subscriber holding any saved partial (or any earlier delta) can drop the overlap and
+    never shows a character twice or skips one (api/stream_hub.DeltaCursor). A text too
+    long for NOTIFY keeps its head and says `truncated`: the gap after it is filled by the
+    committed message.
+    """
+    payload: dict[str, object] = {
+        "type": "delta",
+        "loop_id": str(loop_id),
+        "message_id": message_id,
+        "offset": offset,
+        "delta": text,
+    }
+    if len(text.encode()) > 7000:  # NOTIFY payloads stop at 8000 bytes
+        payload["delta"] = text[:2000]
+        payload["truncated"] = True
+    return json.dumps(payload)
+
+
 async def publish_many(conn: Connection, payloads: list[str]) -> None:
     if payloads:
         await conn.execute(sql("event_publish_many"), payloads)

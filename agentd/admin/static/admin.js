@@ -101,7 +101,14 @@
     var el = liveBubble(d.message_id);
     if (!el) return;
     var stick = nearBottom();
-    el.appendChild(document.createTextNode(d.delta || ""));
+    // `offset` counts code points before this delta: place it there, so text the page
+    // already holds (a saved partial, an earlier delta) is never shown twice.
+    var have = Array.from(el.textContent);
+    if (typeof d.offset === "number" && d.offset <= have.length) {
+      el.textContent = have.slice(0, d.offset).join("") + (d.delta || "");
+    } else {
+      el.appendChild(document.createTextNode(d.delta || ""));
+    }
     if (stick) window.scrollTo(0, document.body.scrollHeight);
   });
   es.addEventListener("refresh", refresh);

@@ -126,33 +126,35 @@ class NetworkCalling:
             return submit
         content: list[str] = []
         reasoning: list[str] = []
-        pending: list[str] = []
+        flushed = 0  # characters saved so far: the next delta's offset
         interval = runtime.settings.stream_flush_interval
         last = 0.0
         observed = ctx.loop.observed
 
         async def flush() -> None:
-            nonlocal last
+            nonlocal last, flushed
             last = time.monotonic()
-            delta = "".join(pending)
-            pending.clear()
+            text = "".join(content)
+            start, flushed = flushed, len(text)
             async with transaction(runtime.pool) as conn:
                 await messages.update_partial(
                     conn,
                     message_id=shell.id,
-                    content="".join(content),
+                    content=text,
                     reasoning="".join(reasoning) or None,
                     execution_token=ctx.execution_token,
                 )
-                if observed and delta:
-                    await events.publish(
+                if observed and len(text) > start:
+                    await events.publish_many(
                         conn,
-                        {
-                            "type": "delta",
-                            "loop_id": str(ctx.loop.id),
-                            "message_id": shell.id,
-                            "delta": delta,
-                        },
+                        [
+                            events.delta_payload(
+                                loop_id=ctx.loop.id,
+                                message_id=shell.id,
+                                offset=start,
+                                text=text[start:],
+                            )
+                        ],
                     )
 
         async def on_delta(d: StreamDelta | None) -> None:
@@ -161,7 +163,6 @@ class NetworkCalling:
             content.append(d.content)
             if d.reasoning:
                 reasoning.append(d.reasoning)
-            pending.append(d.content)
             if time.monotonic() - last >= interval:
                 await flush()
 

@@ -82,3 +82,44 @@ async def test_a_streamed_turn_arrives_as_deltas(
                 break
         # Deltas carry the text as it streams; the committed message (a refresh) has it all.
         assert len(got) > len(text) // 2 and text.startswith(got)
+
+
+async def test_a_page_opened_mid_turn_gets_the_text_so_far_then_deltas_in_place(
+    app: FastAPI, app_state: AppState, pool: Pool, database_url: str, live_server, fake_llm: FakeLLM
+) -> None:  # type: ignore[no-untyped-def]
+    text = "Let me look at the numbers first. " * 8
+    fake_llm.add(Rule(reply=Reply(content=text, chunk_size=4, chunk_delay=0.03)))
+    loop = await app_state.lifecycle.start(
+        agent="calc", message="go", state={"llm": fake_llm.base_url, "stream": True}
+    )
+    await app_state.lifecycle.observe(loop.id, True)  # another page is already watching
+
+    async def mid_stream() -> bool:
+        saved = await pool.fetchval(
+            "SELECT content FROM messages WHERE loop_id = $1 AND status = 'processing'", loop.id
+        )
+        return bool(saved) and len(saved) >= 12
+
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with (
+        running_engine(pool, database_url, app_state.registry),
+        live_server(app) as base,
+        httpx.AsyncClient(base_url=base, headers=headers) as c,
+    ):
+        await eventually(mid_stream)
+        async with c.stream("GET", f"/admin/loops/{loop.id}/stream") as r:
+            events = sse(r)
+            assert (await anext(events))[0] == "refresh"
+            deltas: list[dict[str, object]] = []
+            while True:
+                event, data = await asyncio.wait_for(anext(events), 10)
+                if event == "delta":
+                    deltas.append(data)
+                elif data.get("status") == "completed":
+                    break
+    assert deltas and deltas[0]["offset"] == 0 and len(str(deltas[0]["delta"])) >= 12
+    position = 0
+    for d in deltas:
+        assert d["offset"] == position, deltas
+        position += len(str(d["delta"]))
+    assert text.startswith("".join(str(d["delta"]) for d in deltas))

@@ -280,6 +280,49 @@ async def test_a_turn_in_flight_starts_publishing_when_a_subscriber_arrives(
     assert "".join(parts) == LONG[: len("".join(parts))]
 
 
+async def test_a_stream_opened_mid_turn_of_an_observed_loop_starts_with_the_text_so_far(
+    app: FastAPI,
+    live_server,
+    fake_llm: FakeLLM,
+    pool: Pool,
+    database_url: str,
+    registry: AgentRegistry,
+) -> None:  # type: ignore[no-untyped-def]
+    """The loop is observed from its start (deltas are already flowing), so only the stream
+    itself can hand a late subscriber what it missed: its saved partial, then deltas
+    placed by offset so no character shows twice or goes missing."""
+    slow_answer(fake_llm)
+    async with (
+        live_server(app) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=AUTH, timeout=30) as client,
+        running_engine(pool, database_url, registry),
+    ):
+        lid = await start(client, fake_llm)  # observed from the first token
+
+        async def streaming_partial() -> bool:
+            text = await pool.fetchval(
+                "SELECT content FROM messages WHERE loop_id = $1 AND status = 'processing'",
+                uuid.UUID(lid),
+            )
+            return bool(text) and len(text) >= 12
+
+        await eventually(streaming_partial)
+        events = await read_events(client, lid)
+    final = next(e["data"] for e in events if e["event"] == "message")
+    deltas = [
+        e["data"]
+        for e in events
+        if e["event"] == "delta" and e["data"]["message_id"] == final["id"]
+    ]
+    assert final["content"] == LONG and deltas
+    assert deltas[0]["offset"] == 0 and len(deltas[0]["delta"]) >= 12
+    position = 0
+    for d in deltas:
+        assert d["offset"] == position and "truncated" not in d, deltas
+        position += len(d["delta"])
+    assert "".join(d["delta"] for d in deltas) == LONG[:position]
+
+
 async def test_opening_the_stream_of_a_finished_loop_writes_nothing(
     client: httpx.AsyncClient, pool: Pool
 ) -> None:
