@@ -240,7 +240,8 @@ class AguiStream:
             text = m.content or ""
             if self.open_id == m.id:
                 streamed = self.open_len
-                if self.open_text and not text.startswith(self.open_text):
+                before = self.open_len - len(self.open_text)  # shown before a resume
+                if self.open_text and not text.startswith(self.open_text, before):
                     streamed = len(text)  # deltas were cut short: nothing sane to append
                 frames += self._content(text[streamed:])
                 frames += self._close()
@@ -456,7 +457,9 @@ class AguiStream:
             }
             self.high = resume.high
             if resume.open_id is not None:
-                self.open_id, self.open_len, self.open_live = resume.open_id, resume.open_len, False
+                # Deltas carry offsets: the client's text goes on from where it stopped.
+                self.open_id, self.open_len = resume.open_id, resume.open_len
+                self.deltas.mark(resume.open_id, resume.open_len)
             for frame in await self._catch_up():
                 yield frame
         loop = self.loop
@@ -471,8 +474,8 @@ class AguiStream:
             for frame in self._finish(loop):
                 yield frame
             return
-        if shell is not None and shell.content and (resume is None or resume.ended):
-            # Joined mid-turn: the text so far, then deltas from where it ends.
+        if shell is not None and shell.content:
+            # Joined (or resumed) mid-turn: the text not shown yet, then deltas after it.
             for frame in self._on_delta(
                 {"message_id": shell.id, "offset": 0, "delta": shell.content}
             ):

@@ -163,6 +163,10 @@ class DeltaCursor:
     def shown(self, message_id: int) -> int:
         return self._shown.get(message_id, 0)
 
+    def mark(self, message_id: int, shown: int) -> None:
+        """The client already shows `shown` characters of this message (a resumed stream)."""
+        self._shown[message_id] = max(0, shown)
+
     def seed(self, message_id: int, text: str) -> Delta | None:
         """A saved partial read from the database; the part not shown yet, if any."""
         return self.take({"message_id": message_id, "offset": 0, "delta": text})

@@ -9,13 +9,15 @@ Event ids (for `Last-Event-ID` resumption):
 
 - `m<N>`: a `message` event; N is the message id.
 - `d<N>.<k>`, `s<N>.<k>`, `a<N>.<k>`: delta, status and approval events; N is the highest
-  message id sent on the stream so far, k a counter.
+  message id sent on the stream so far, k a counter; while a message is being streamed,
+  `.<id>.<chars>` follows: the characters of it this stream has shown.
 
 On reconnect with `Last-Event-ID`, every visible message with id > N is sent, and so are
 the tool results after the newest assistant message with id <= N: the tool calls of one
 turn run in parallel and their results can commit out of id order, so one of them may
 arrive twice (its `id` tells); nothing committed is missed.
-Deltas are never replayed; the committed message that follows them carries the full text.
+A stream opened mid-turn first gets the turn's saved text; a resumed one gets the part
+past `<chars>`; the deltas after it start where it ends (offsets, api/stream_hub.DeltaCursor).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -49,7 +52,14 @@ from agentd.errors import LoopNotFound
 from agentd.store import loops, messages, tool_calls
 from agentd.store.models import Loop
 
-_EVENT_ID = re.compile(r"^[mdsa](\d{1,18})(?:\.\d{1,18})?$")
+_EVENT_ID = re.compile(r"^[mdsa](\d{1,18})(?:\.\d{1,18}(?:\.(\d{1,18})\.(\d{1,18}))?)?$")
+
+
+@dataclass(frozen=True)
+class Resume:
+    high: int  # N: every message up to it was sent
+    streamed: tuple[int, int] | None  # (message id, characters shown) of a turn mid-stream
+
 
 router = APIRouter(tags=["streams"])
 
@@ -62,13 +72,13 @@ class LoopStream:
     """The frames of one SSE connection."""
 
     def __init__(
-        self, request: Request, sub: Subscription, loop: Loop, resume_from: int | None
+        self, request: Request, sub: Subscription, loop: Loop, resume: Resume | None
     ) -> None:
         self.state = app_state(request)
         self.hub: StreamHub = request.app.state.stream_hub
         self.sub = sub
         self.loop = loop
-        self.resume_from = resume_from
+        self.resume_from = resume.high if resume is not None else None
         # Every visible message with id <= floor has been sent (or predates the stream);
         # above it, `sent` says which were. Tool results of one turn can commit out of id
         # order, but never before their assistant message, hence the floor's definition.
@@ -78,9 +88,17 @@ class LoopStream:
         self.counter = 0
         self.status = loop.status
         self.deltas = DeltaCursor()
+        # The message being streamed and how much of it this connection showed: carried in
+        # every non-message id, so a resumed stream goes on from there, not from offset 0.
+        self.open: tuple[int, int] | None = None
+        if resume is not None and resume.streamed is not None:
+            self.open = resume.streamed
+            self.deltas.mark(*resume.streamed)
 
     def _next_id(self, kind: str) -> str:
         self.counter += 1
+        if self.open is not None and self.open[0] > self.floor and self.open[0] not in self.sent:
+            return f"{kind}{self.high}.{self.counter}.{self.open[0]}.{self.open[1]}"
         return f"{kind}{self.high}.{self.counter}"
 
     async def _catch_up(self) -> list[str]:
@@ -113,6 +131,7 @@ class LoopStream:
         }
         if delta.gap:
             data["truncated"] = True  # text before `offset` was cut; the message carries it
+        self.open = (delta.message_id, self.deltas.shown(delta.message_id))
         return _frame("delta", self._next_id("d"), data)
 
     def _status_frame(self, status: str, **extra: object) -> str:
@@ -194,7 +213,7 @@ class LoopStream:
                     return
 
 
-def _parse_last_event_id(value: str | None) -> int | None:
+def _parse_last_event_id(value: str | None) -> Resume | None:
     if value is None or not value.strip():
         return None
     m = _EVENT_ID.match(value.strip())
@@ -204,7 +223,8 @@ def _parse_last_event_id(value: str | None) -> int | None:
             "Last-Event-ID is not an id this stream sent (m<N>, d<N>.<k>, s<N>.<k>, a<N>.<k>)",
             problem_type="invalid-last-event-id",
         )
-    return int(m.group(1))
+    streamed = (int(m.group(2)), int(m.group(3))) if m.group(2) else None
+    return Resume(high=int(m.group(1)), streamed=streamed)
 
 
 @router.get(
@@ -238,7 +258,7 @@ async def stream(
     is already observed or at rest."""
     if protocol == "ag-ui":
         return await agui.stream(request, loop_id, last_event_id)
-    resume_from = _parse_last_event_id(last_event_id)
+    resume = _parse_last_event_id(last_event_id)
     state = app_state(request)
     async with connection(state.pool) as conn:
         if await loops.get(conn, loop_id=loop_id) is None:
@@ -256,7 +276,7 @@ async def stream(
     except BaseException:
         await hub.unsubscribe(sub)
         raise
-    frames = LoopStream(request, sub, loop, resume_from).frames()
+    frames = LoopStream(request, sub, loop, resume).frames()
     return StreamingResponse(
         frames,
         media_type="text/event-stream",

@@ -323,6 +323,50 @@ async def test_a_stream_opened_mid_turn_of_an_observed_loop_starts_with_the_text
     assert "".join(d["delta"] for d in deltas) == LONG[:position]
 
 
+async def test_a_stream_resumed_mid_turn_goes_on_from_the_last_character_it_showed(
+    app: FastAPI,
+    live_server,
+    fake_llm: FakeLLM,
+    pool: Pool,
+    database_url: str,
+    registry: AgentRegistry,
+) -> None:  # type: ignore[no-untyped-def]
+    slow_answer(fake_llm)
+    async with (
+        live_server(app) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=AUTH, timeout=30) as client,
+        running_engine(pool, database_url, registry),
+    ):
+        lid = await start(client, fake_llm)
+        first: list[dict[str, Any]] = []
+        current: dict[str, Any] = {}
+        async with client.stream("GET", f"/v1/loops/{lid}/stream") as r:
+            async for line in r.aiter_lines():
+                if line.startswith(("id", "event", "data")):
+                    key, _, value = line.partition(": ")
+                    current[key] = json.loads(value) if key == "data" else value
+                elif not line and current:
+                    first.append(current)
+                    current = {}
+                    if sum(e["event"] == "delta" for e in first) >= 3:
+                        break  # the connection drops mid-turn
+        last_id = first[-1]["id"]
+        assert first[-1]["event"] == "delta" and last_id.count(".") == 3, last_id
+        rest = await read_events(client, lid, headers={"Last-Event-ID": last_id})
+    final = next(e["data"] for e in rest if e["event"] == "message")
+    assert final["content"] == LONG
+    deltas = [
+        e["data"]
+        for e in [*first, *rest]
+        if e["event"] == "delta" and e["data"]["message_id"] == final["id"]
+    ]
+    position = 0
+    for d in deltas:
+        assert d["offset"] == position, deltas
+        position += len(d["delta"])
+    assert "".join(d["delta"] for d in deltas) == LONG[:position]
+
+
 async def test_opening_the_stream_of_a_finished_loop_writes_nothing(
     client: httpx.AsyncClient, pool: Pool
 ) -> None:

@@ -42,15 +42,25 @@ def test_agentd_errors_become_problems_with_their_details() -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(None, None), ("", None), ("m12", 12), ("s7.3", 7), ("d0.1", 0), ("a5.9", 5)],
+    [
+        (None, None),
+        ("", None),
+        ("m12", streams.Resume(12, None)),
+        ("s7.3", streams.Resume(7, None)),
+        ("d0.1", streams.Resume(0, None)),
+        ("a5.9", streams.Resume(5, None)),
+        # mid-stream: message 8 had shown 140 characters
+        ("d7.4.8.140", streams.Resume(7, (8, 140))),
+        ("s7.5.8.140", streams.Resume(7, (8, 140))),
+    ],
 )
 def test_last_event_id_parses_to_the_message_watermark(
-    value: str | None, expected: int | None
+    value: str | None, expected: streams.Resume | None
 ) -> None:
     assert streams._parse_last_event_id(value) == expected
 
 
-@pytest.mark.parametrize("value", ["x1", "m", "m1.2.3", "m" + "9" * 30, "12"])
+@pytest.mark.parametrize("value", ["x1", "m", "m1.2.3", "m1.2.3.4.5", "m" + "9" * 30, "12"])
 def test_malformed_last_event_id_is_a_400(value: str) -> None:
     with pytest.raises(ApiProblem):
         streams._parse_last_event_id(value)
