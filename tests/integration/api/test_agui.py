@@ -342,3 +342,47 @@ async def test_agui_run_waits_for_an_approval_and_goes_on_once_decided(
     (result,) = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
     assert result["toolCallId"] == str(call["id"]) and result["content"] == "refunded 42"
     assert events[-1]["type"] == "RUN_FINISHED" and events[-1]["outcome"] == {"type": "success"}
+
+
+async def test_agui_run_resumed_mid_answer_goes_on_streaming_from_the_next_character(
+    live: httpx.AsyncClient,
+    pool: Pool,
+    database_url: str,
+    registry: AgentRegistry,
+    settings: Settings,
+    fake_llm: FakeLLM,
+) -> None:
+    """A dropped connection in the middle of a streamed answer: the resumed stream keeps
+    sending TEXT_MESSAGE_CONTENT live (deltas carry offsets), each character once."""
+    long = "Counting the numbers one by one, slowly. " * 12
+    fake_llm.add(Rule(reply=Reply(content=long, chunk_size=4, chunk_delay=0.04)))
+    r = await live.post(
+        "/v1/loops",
+        json={
+            "agent": "calc",
+            "message": "count",
+            "state": {"llm": fake_llm.base_url, "stream": True},
+        },
+    )
+    lid = r.json()["id"]
+    first: list[tuple[str, dict[str, Any]]] = []
+    async with running_engine(pool, database_url, registry, settings=settings):
+        event_id = ""
+        async with live.stream(
+            "GET", f"/v1/loops/{lid}/stream", params={"protocol": "ag-ui"}
+        ) as resp:
+            async for line in resp.aiter_lines():
+                if line.startswith("id: "):
+                    event_id = line[4:]
+                elif line.startswith("data: "):
+                    first.append((event_id, json.loads(line[6:])))
+                    if sum(e["type"] == "TEXT_MESSAGE_CONTENT" for _, e in first) >= 3:
+                        break
+        rest = [e for _, e in await read_agui(live, lid, {"Last-Event-ID": first[-1][0]})]
+    message_id = next(e["messageId"] for _, e in first if e["type"] == "TEXT_MESSAGE_START")
+    assert "TEXT_MESSAGE_START" not in [e["type"] for e in rest]  # the same message goes on
+    before = text_of([e for _, e in first], message_id)
+    after = text_of(rest, message_id)
+    assert before + after == long
+    # Live deltas after the resume, not only the committed remainder in one piece.
+    assert sum(e["type"] == "TEXT_MESSAGE_CONTENT" for e in rest) >= 2
