@@ -22,7 +22,7 @@ from typing import Any
 import standardwebhooks
 import uvicorn
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -41,6 +41,8 @@ class Arrival:
     headers: dict[str, str]
     body: dict[str, Any] | None
     tag: str = ""  # the receiver's `tag` when it arrived (a test's phase)
+    #: the sender went away before its body was read (killed mid-request): never verified.
+    cut: bool = False
 
 
 @dataclass
@@ -95,8 +97,16 @@ class WebhookReceiver:
     # -- the server -----------------------------------------------------------------------
 
     async def _hook(self, request: Request) -> Response:
-        raw = await request.body()
         headers = dict(request.headers)
+        try:
+            raw = await request.body()
+        except ClientDisconnect:
+            # Killed mid-request: it did reach us, so it counts as an arrival of its id.
+            arrival = Arrival(headers.get("webhook-id", ""), False, headers, None, self.tag, True)
+            async with self._changed:
+                self.arrivals.append(arrival)
+                self._changed.notify_all()
+            return Response(status_code=400)
         try:
             body = self._verifier.verify(raw, headers)
             verified = True

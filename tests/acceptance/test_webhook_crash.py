@@ -5,8 +5,9 @@ signature and records each arrival by `webhook-id`. Its deduped record holds exa
 id per loop completion (3). Every id that reached the receiver from the worker that was
 then killed (the receiver held those requests, so none was answered) arrived exactly
 twice: once from the killed worker and once re-sent by the next one with the SAME id;
-every other id arrived exactly once. Each delivery row ends `delivered`, with one attempt
-more per re-send.
+every other id arrived exactly once (a request cut mid-body still counts as arriving). Each
+delivery row ends `delivered`, with one attempt per arrival, plus one when the killed worker
+claimed it but died before any byte reached the receiver.
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ async def test_sigkill_mid_delivery_redelivers_each_held_webhook_once_with_the_s
 
         await poll(all_delivered, within=60, what="three deliveries delivered")
 
-    assert all(a.verified for a in rx.arrivals)
+    # Every request that arrived whole was signed; only the killed worker's could be cut.
+    assert all(a.verified for a in rx.arrivals if not a.cut)
+    assert all(a.tag == "" for a in rx.arrivals if a.cut)
     assert len(rx.ids) == 3  # one distinct webhook-id per completed loop
     bodies = [rx.first(i).body for i in rx.ids]
     assert sorted(b["data"]["loop_id"] for b in bodies if b) == sorted(map(str, loop_ids))
@@ -80,6 +83,10 @@ async def test_sigkill_mid_delivery_redelivers_each_held_webhook_once_with_the_s
         rows = await conn.fetch("SELECT message_id, status, attempts FROM webhook_deliveries")
     assert {r["message_id"] for r in rows} == set(rx.ids)
     assert all(r["status"] == "delivered" for r in rows)
-    assert {r["message_id"]: r["attempts"] for r in rows} == {
-        i: 2 if i in held else 1 for i in rx.ids
-    }
+    # One attempt per arrival, plus at most one the killed worker claimed but died before
+    # any byte of it reached the receiver (a claim is an attempt): then worker-2 re-sent it.
+    attempts = {r["message_id"]: r["attempts"] for r in rows}
+    for i in rx.ids:
+        assert attempts[i] - counts[i] in (0, 1), (i, attempts, counts)
+        if attempts[i] > counts[i]:
+            assert i not in held and rx.first(i).tag == "worker-2", (i, attempts, counts)
