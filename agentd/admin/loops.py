@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
@@ -228,6 +229,7 @@ async def _live_context(state: AppState, loop: Loop) -> dict[str, Any]:
     return {
         "lp": loop,
         "budget": loop_limits.token_budget(agent_cls, loop),
+        "cost_limit": loop_limits.cost_budget(agent_cls, loop),
         "cost_budget": loop_limits.cost_budget(agent_cls, loop),
         "step_limit": loop_limits.max_steps(agent_cls, loop),
         # Paused by its own limits: resume offers raising them (a plain resume re-pauses).
@@ -315,7 +317,11 @@ async def loop_stream(request: Request, loop_id: str) -> Response:
 
 # --- actions -------------------------------------------------------------------------------
 
-LIMIT_REASONS = (TransitionReason.MAX_STEPS, TransitionReason.TOKEN_BUDGET)
+LIMIT_REASONS = (
+    TransitionReason.MAX_STEPS,
+    TransitionReason.TOKEN_BUDGET,
+    TransitionReason.COST_BUDGET,
+)
 
 
 def _limit(form: Mapping[str, object], name: str) -> int | None:
@@ -326,6 +332,20 @@ def _limit(form: Mapping[str, object], name: str) -> int | None:
     if not raw.isdigit() or int(raw) < 1 or len(raw) > 13:
         raise BadRequest(f"{name} must be a whole number of at least 1; got {raw[:40]!r}")
     return int(raw)
+
+
+def _money(form: Mapping[str, object], name: str) -> Decimal | None:
+    """An optional positive amount in USD from the resume form (blank: unchanged)."""
+    raw = _field(form, name).replace(",", "").replace("_", "").lstrip("$")
+    if not raw:
+        return None
+    try:
+        value = Decimal(raw) if len(raw) <= 20 else None
+    except InvalidOperation:
+        value = None
+    if value is None or not value.is_finite() or value <= 0 or value > Decimal("1e9"):
+        raise BadRequest(f"{name} must be an amount in USD above 0; got {raw[:40]!r}")
+    return value
 
 
 _DONE = {
@@ -360,6 +380,7 @@ async def loop_action(request: Request, loop_id: str, action: str) -> Response:
                 from_=wanted or None,
                 max_steps=_limit(form, "max_steps"),
                 max_tokens_total=_limit(form, "max_tokens_total"),
+                max_cost=_money(form, "max_cost"),
             )
         elif action == "stop":
             await lc.stop(ident)

@@ -211,7 +211,8 @@ async def pause(loop_id: UUID, request: Request) -> LoopOut:
 async def resume(
     loop_id: UUID, request: Request, body: Annotated[Resume | None, Body()] = None
 ) -> LoopOut:
-    """Dispatch the loop again; `max_steps` / `max_tokens_total` raise its own limits first."""
+    """Dispatch the loop again; `max_steps` / `max_tokens_total` / `max_cost` raise its own
+    limits first."""
     statuses = [str(s) for s in body.from_] if body and body.from_ is not None else None
     return LoopOut.of(
         await app_state(request).lifecycle.resume(
@@ -219,6 +220,7 @@ async def resume(
             from_=statuses,
             max_steps=body.max_steps if body else None,
             max_tokens_total=body.max_tokens_total if body else None,
+            max_cost=body.max_cost if body else None,
         )
     )
 

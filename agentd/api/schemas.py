@@ -132,6 +132,14 @@ class Resume(_In):
         description="Set this loop's own token budget (kept in its state) before resuming. "
         "Must exceed the tokens it has spent.",
     )
+    max_cost: Decimal | None = Field(
+        None,
+        gt=0,
+        le=Decimal("1e9"),
+        allow_inf_nan=False,
+        description="Set this loop's own cost budget in USD (kept in its state) before "
+        "resuming: a loop paused by `cost_budget_exceeded` goes on. Must exceed its cost.",
+    )
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
 

@@ -6,6 +6,7 @@ import asyncio
 import builtins
 import os
 from collections.abc import AsyncIterator
+from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -149,8 +150,9 @@ class AsyncClient:
         from_: builtins.list[str] | None = None,
         max_steps: int | None = None,
         max_tokens_total: int | None = None,
+        max_cost: Decimal | str | None = None,
     ) -> LoopOut:
-        return await self._do(routes.resume(loop_id, from_, max_steps, max_tokens_total))
+        return await self._do(routes.resume(loop_id, from_, max_steps, max_tokens_total, max_cost))
 
     async def stop(self, loop_id: LoopId) -> LoopOut:
         return await self._do(routes.action(loop_id, "stop"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -141,8 +142,9 @@ class Client:
         from_: builtins.list[str] | None = None,
         max_steps: int | None = None,
         max_tokens_total: int | None = None,
+        max_cost: Decimal | str | None = None,
     ) -> LoopOut:
-        return self._do(routes.resume(loop_id, from_, max_steps, max_tokens_total))
+        return self._do(routes.resume(loop_id, from_, max_steps, max_tokens_total, max_cost))
 
     def stop(self, loop_id: LoopId) -> LoopOut:
         return self._do(routes.action(loop_id, "stop"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -104,8 +105,13 @@ def resume(
     from_: list[str] | None,
     max_steps: int | None,
     max_tokens_total: int | None,
+    max_cost: Decimal | str | None = None,
 ) -> Call:
-    body = _some(max_steps=max_steps, max_tokens_total=max_tokens_total)
+    body = _some(
+        max_steps=max_steps,
+        max_tokens_total=max_tokens_total,
+        max_cost=str(max_cost) if max_cost is not None else None,  # exact, never a float
+    )
     if from_ is not None:
         body["from"] = list(from_)
     return action(loop_id, "resume", body or None)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from agentd.db.pool import Connection, Pool, transaction
@@ -330,9 +331,10 @@ class Lifecycle:
         from_: Iterable[str] | None = None,
         max_steps: int | None = None,
         max_tokens_total: int | None = None,
+        max_cost: Decimal | None = None,
     ) -> Loop:
-        """Dispatch the loop again; `max_steps` / `max_tokens_total` set its own limits first
-        (kept in its state), so a loop paused by a limit can go on."""
+        """Dispatch the loop again; `max_steps` / `max_tokens_total` / `max_cost` set its own
+        limits first (kept in its state), so a loop paused by a limit can go on."""
         allowed = set(DEFAULT_RESUME_FROM if from_ is None else from_)
         bad = sorted(s for s in allowed if s not in {str(x) for x in RESUMABLE})
         if bad:
@@ -347,7 +349,9 @@ class Lifecycle:
                     f"loop is {loop.status}; resume allowed from {sorted(allowed)}",
                     current_status=loop.status,
                 )
-            patch = loop_limits.raised(loop, max_steps=max_steps, max_tokens_total=max_tokens_total)
+            patch = loop_limits.raised(
+                loop, max_steps=max_steps, max_tokens_total=max_tokens_total, max_cost=max_cost
+            )
             if patch:
                 loop = await loops.merge_state(conn, loop_id=loop.id, patch=patch) or loop
             row = await self._dispatch(conn, loop, TransitionReason.RESUMED)

@@ -35,10 +35,16 @@ def at_max_steps(agent: object, loop: Loop) -> bool:
     return limit is not None and loop.step_count >= limit
 
 
-def raised(loop: Loop, *, max_steps: int | None, max_tokens_total: int | None) -> dict[str, int]:
+def raised(
+    loop: Loop,
+    *,
+    max_steps: int | None,
+    max_tokens_total: int | None,
+    max_cost: Decimal | None = None,
+) -> dict[str, int | str]:
     """The state patch that sets the loop's own limits; BadRequest for a limit the loop has
     already used up (resuming would only pause it again)."""
-    patch: dict[str, int] = {}
+    patch: dict[str, int | str] = {}
     if max_steps is not None:
         if max_steps <= loop.step_count:
             raise BadRequest(
@@ -53,6 +59,15 @@ def raised(loop: Loop, *, max_steps: int | None, max_tokens_total: int | None) -
                 f"got {max_tokens_total}"
             )
         patch["max_tokens_total"] = max_tokens_total
+    if max_cost is not None:
+        spent = loop.cost or Decimal(0)
+        if not max_cost.is_finite() or max_cost <= spent:
+            raise BadRequest(
+                f"max_cost must exceed what the loop has spent ({prices.money(spent)} USD); "
+                f"got {max_cost}"
+            )
+        # A decimal string, as a start request's max_cost is kept: exact, never a float.
+        patch["max_cost"] = format(max_cost.normalize(), "f")
     return patch
 
 

@@ -1,5 +1,6 @@
-"""A loop paused by max_steps or its token budget is not a dead end: resume with raised
-limits (kept in the loop's state) and it goes on; a plain resume pauses it again."""
+"""A loop paused by max_steps, its token budget or its cost budget is not a dead end: resume
+with raised limits (kept in the loop's state) and it goes on; a plain resume pauses it
+again."""
 
 from __future__ import annotations
 
@@ -28,6 +29,11 @@ class OneStep(CalcAgent):
 
 class SmallBudget(CalcAgent):
     max_tokens_total = 10  # the first turn spends more than this
+
+
+class SmallSpend(CalcAgent):
+    prices = {"input": 10, "output": 10}  # USD per million tokens: the first turn, 0.0005
+    max_cost = "0.0001"
 
 
 def script(fake: FakeLLM) -> None:
@@ -82,6 +88,7 @@ async def api(
     [
         (OneStep, "max_steps_exceeded", {"max_steps": 3}),
         (SmallBudget, "token_budget_exceeded", {"max_tokens_total": 10_000}),
+        (SmallSpend, "cost_budget_exceeded", {"max_cost": "0.5"}),
     ],
 )
 async def test_a_loop_paused_by_its_limit_resumes_with_raised_limits(
@@ -92,7 +99,7 @@ async def test_a_loop_paused_by_its_limit_resumes_with_raised_limits(
     api: httpx.AsyncClient,
     agent: type[CalcAgent],
     reason: str,
-    raise_: dict[str, int],
+    raise_: dict[str, object],
 ) -> None:
     registry.register("limited", agent)
     script(fake_llm)
@@ -125,7 +132,7 @@ async def test_a_raise_the_loop_has_already_used_up_is_a_400_and_changes_nothing
     fake_llm: FakeLLM,
     api: httpx.AsyncClient,
 ) -> None:
-    registry.register("limited", OneStep)
+    registry.register("limited", type("Both", (OneStep, SmallSpend), {}))
     script(fake_llm)
     async with running_engine(pool, database_url, registry):
         r = await api.post(
@@ -140,6 +147,10 @@ async def test_a_raise_the_loop_has_already_used_up_is_a_400_and_changes_nothing
             ({"max_steps": 0}, 422, "max_steps"),
             ({"max_steps": "many"}, 422, "max_steps"),
             ({"max_steps": 5, "max_tokens_total": 1}, 400, "max_tokens_total"),
+            ({"max_cost": "0.0004"}, 400, "must exceed what the loop has spent (0.0005 USD)"),
+            ({"max_cost": 0}, 422, "max_cost"),
+            ({"max_cost": "NaN"}, 422, "max_cost"),
+            ({"max_cost": "1e10"}, 422, "max_cost"),
         ]:
             r = await api.post(f"/v1/loops/{loop_id}/resume", json=body)
             assert r.status_code == status, (body, r.text)
