@@ -21,8 +21,14 @@ from agentd.testing.fake_llm import RecordedRequest
 async def two_engines(
     pool: Pool, other: Pool, url: str, registry: AgentRegistry, **settings: Any
 ) -> AsyncIterator[tuple[Engine, Engine]]:
-    """Two engines racing for the same queues, each with its own pool and worker id."""
-    s = fast_settings(**settings)
+    """Two engines racing for the same queues, each with its own pool and worker id.
+
+    Both run in the test's process, so a scheduler stall of a loaded box stalls both
+    heartbeats at once; with fast_settings' 2 s stale limit a 4 s stall (seen in a loaded
+    run) made each engine's reaper declare the other dead and re-run its turn, one model
+    request more than these tests count. They test limits, not recovery: 10 s of margin.
+    """
+    s = fast_settings(**{"lease_margin": 10.0, **settings})
     async with (
         running_engine(pool, url, registry, settings=s) as one,
         running_engine(other, url, registry, settings=s) as two,
