@@ -18,7 +18,6 @@ from fastapi.responses import Response, StreamingResponse
 
 from agentd.admin import forms, live, render
 from agentd.api.state import AppState
-from agentd.api.stream_hub import streaming_partial
 from agentd.db.pool import connection
 from agentd.engine import loop_limits, loop_state
 from agentd.engine.lifecycle import DEFAULT_RESUME_FROM
@@ -304,9 +303,8 @@ async def loop_stream(request: Request, loop_id: str) -> Response:
 
     async def partial() -> tuple[int, str] | None:
         async with connection(state.pool) as conn:
-            rows = await messages.list_(conn, loop_id=ident, include_hidden=True)
-        shell = streaming_partial(rows)
-        return (shell.id, shell.content or "") if shell is not None else None
+            shell = await messages.streaming_shell(conn, loop_id=ident)
+        return (shell.id, shell.content) if shell is not None and shell.content else None
 
     return StreamingResponse(
         live.frames(hub, ident, partial),

@@ -44,6 +44,8 @@ IsoDatetime = Annotated[datetime, BeforeValidator(_not_a_number)]
 #: Booleans and integers are strict: `0` is not `false`, `true` is not `1`, `"5"` is not 5.
 Bool = Annotated[bool, Strict()]
 Int = Annotated[int, Strict()]
+#: A cost budget in USD: a number or a decimal string, above 0, finite, at most 1e9.
+Usd = Annotated[Decimal, Field(gt=0, le=Decimal("1e9"), allow_inf_nan=False)]
 
 
 class _In(BaseModel):
@@ -70,11 +72,8 @@ class StartLoop(_In):
         description="Token budget for this loop (overrides the agent's max_tokens_total; "
         "kept in state). Past it the loop pauses with `token_budget_exceeded`.",
     )
-    max_cost: Decimal | None = Field(
+    max_cost: Usd | None = Field(
         None,
-        gt=0,
-        le=Decimal("1e9"),
-        allow_inf_nan=False,
         description="Cost budget for this loop in USD (overrides the agent's max_cost; kept "
         "in state). Past it the loop pauses with `cost_budget_exceeded`.",
     )
@@ -132,11 +131,8 @@ class Resume(_In):
         description="Set this loop's own token budget (kept in its state) before resuming. "
         "Must exceed the tokens it has spent.",
     )
-    max_cost: Decimal | None = Field(
+    max_cost: Usd | None = Field(
         None,
-        gt=0,
-        le=Decimal("1e9"),
-        allow_inf_nan=False,
         description="Set this loop's own cost budget in USD (kept in its state) before "
         "resuming: a loop paused by `cost_budget_exceeded` goes on. Must exceed its cost.",
     )

@@ -90,6 +90,12 @@ async def reap_orphans(conn: Connection, *, grace: float) -> int:
     return int(await conn.fetchval(sql("message_reap_orphans"), grace))
 
 
+async def streaming_shell(conn: Connection, *, loop_id: UUID) -> Message | None:
+    """The newest shell of the loop still being streamed into (hidden, processing)."""
+    row = await conn.fetchrow(sql("message_streaming_shell"), loop_id)
+    return Message.from_record(row) if row is not None else None
+
+
 async def list_(conn: Connection, *, loop_id: UUID, include_hidden: bool = False) -> list[Message]:
     return [
         Message.from_record(r)

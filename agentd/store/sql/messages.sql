@@ -58,6 +58,14 @@ SELECT * FROM messages
 WHERE loop_id = $1 AND ($2 OR NOT hidden)
 ORDER BY id;
 
+-- name: message_streaming_shell :one
+-- Live streams (admin page): the shell a turn is streaming into, with its saved text.
+-- $1 loop_id uuid
+SELECT * FROM messages
+WHERE loop_id = $1 AND hidden AND role = 'assistant' AND status = 'processing'
+ORDER BY id DESC
+LIMIT 1;
+
 -- name: message_list_after :many
 -- Live streams (SSE): visible messages of a loop after a watermark, to send or replay; no fence.
 -- $1 loop_id uuid · $2 after_id bigint

@@ -223,6 +223,24 @@ def deltas_of(events: list[dict]) -> tuple[list[str], str]:  # type: ignore[type
     return parts, final["content"]
 
 
+async def mid_stream(pool: Pool, lid: str, chars: int) -> bool:
+    """The loop's turn has saved at least `chars` characters of its streamed answer."""
+    text = await pool.fetchval(
+        "SELECT content FROM messages WHERE loop_id = $1 AND status = 'processing'",
+        uuid.UUID(lid),
+    )
+    return bool(text) and len(text) >= chars
+
+
+def assert_contiguous(deltas: list[dict[str, Any]], text: str) -> None:
+    """Each delta starts where the one before ended; together they spell `text`'s start."""
+    position = 0
+    for d in deltas:
+        assert d["offset"] == position, deltas
+        position += len(d["delta"])
+    assert "".join(d["delta"] for d in deltas) == text[:position]
+
+
 async def test_a_loop_started_over_rest_streams_its_first_turn_from_the_first_token(
     app: FastAPI,
     live_server,
@@ -262,14 +280,7 @@ async def test_a_turn_in_flight_starts_publishing_when_a_subscriber_arrives(
     ):
         lid = await start(client, fake_llm, observe=False)
 
-        async def streaming_partial() -> bool:
-            text = await pool.fetchval(
-                "SELECT content FROM messages WHERE loop_id = $1 AND status = 'processing'",
-                uuid.UUID(lid),
-            )
-            return bool(text) and len(text) >= 8
-
-        await eventually(streaming_partial)  # the turn is mid-stream, unobserved
+        await eventually(lambda: mid_stream(pool, lid, 8))  # the turn is mid-stream, unobserved
         events = await read_events(client, lid)
     parts, content = deltas_of(events)
     assert content == LONG
@@ -299,14 +310,7 @@ async def test_a_stream_opened_mid_turn_of_an_observed_loop_starts_with_the_text
     ):
         lid = await start(client, fake_llm)  # observed from the first token
 
-        async def streaming_partial() -> bool:
-            text = await pool.fetchval(
-                "SELECT content FROM messages WHERE loop_id = $1 AND status = 'processing'",
-                uuid.UUID(lid),
-            )
-            return bool(text) and len(text) >= 12
-
-        await eventually(streaming_partial)
+        await eventually(lambda: mid_stream(pool, lid, 12))
         events = await read_events(client, lid)
     final = next(e["data"] for e in events if e["event"] == "message")
     deltas = [
@@ -316,11 +320,8 @@ async def test_a_stream_opened_mid_turn_of_an_observed_loop_starts_with_the_text
     ]
     assert final["content"] == LONG and deltas
     assert deltas[0]["offset"] == 0 and len(deltas[0]["delta"]) >= 12
-    position = 0
-    for d in deltas:
-        assert d["offset"] == position and "truncated" not in d, deltas
-        position += len(d["delta"])
-    assert "".join(d["delta"] for d in deltas) == LONG[:position]
+    assert not [d for d in deltas if "truncated" in d], deltas
+    assert_contiguous(deltas, LONG)
 
 
 async def test_a_stream_resumed_mid_turn_goes_on_from_the_last_character_it_showed(
@@ -360,11 +361,7 @@ async def test_a_stream_resumed_mid_turn_goes_on_from_the_last_character_it_show
         for e in [*first, *rest]
         if e["event"] == "delta" and e["data"]["message_id"] == final["id"]
     ]
-    position = 0
-    for d in deltas:
-        assert d["offset"] == position, deltas
-        position += len(d["delta"])
-    assert "".join(d["delta"] for d in deltas) == LONG[:position]
+    assert_contiguous(deltas, LONG)
 
 
 async def test_opening_the_stream_of_a_finished_loop_writes_nothing(
