@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import asdict, dataclass
 from typing import Any
+from uuid import UUID
 
 from agentd import logs
 from agentd.db.pool import Pool, transaction
@@ -59,9 +60,13 @@ class ReapReport:
 
 
 class Reaper:
-    def __init__(self, settings: Settings, pool: Pool) -> None:
+    def __init__(self, settings: Settings, pool: Pool, *, own_worker: UUID | None = None) -> None:
         self.settings = settings
         self.pool = pool
+        # The worker of this reaper's own process is alive by definition: a reaper waking
+        # from a scheduler stall longer than the stale limit would otherwise count its own
+        # worker dead (its heartbeat row stalled with it) and reclaim its live turns.
+        self.own_worker = own_worker
         self.swept = Signal()
         self.checked = Signal()
         self.totals = ReapReport()
@@ -70,7 +75,11 @@ class Reaper:
         """The fast path: dead workers' work, and leases that already expired."""
         report = ReapReport()
         async with transaction(self.pool) as conn:
-            dead = await workers.list_dead(conn, stale_seconds=self._stale_after())
+            dead = [
+                w
+                for w in await workers.list_dead(conn, stale_seconds=self._stale_after())
+                if w != self.own_worker
+            ]
             expired = await loops.reap_expired(conn, dead_workers=dead, limit=BATCH)
             for row in expired:
                 if row["status_reason"] == TransitionReason.REAPED_WORKER_DEAD:

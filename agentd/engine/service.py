@@ -103,7 +103,7 @@ class Engine:
             self._on_notify,
             on_reconnect=self.worker.wake_all,
         )
-        self.reaper = Reaper(self.settings, self.pool)
+        self.reaper = Reaper(self.settings, self.pool, own_worker=self.runtime.worker_id)
         self.janitor = Janitor(self.settings, self.pool)
         self.session_ender = McpSessionEnder(
             self.settings, self.pool, self.registry, http=self.runtime.mcp_http

@@ -104,6 +104,24 @@ async def test_worker_with_a_stale_heartbeat_counts_as_dead(pool: Pool) -> None:
     assert (await loop_of(pool, loop.id)).status == "queued"
 
 
+async def test_a_reaper_never_counts_its_own_process_worker_dead(pool: Pool) -> None:
+    # A reaper waking from a stall longer than the stale limit sees its own worker's
+    # heartbeat as old as everyone's; that worker is alive (it is this process).
+    async with transaction(pool) as conn:
+        own = await factories.worker(conn, heartbeat_ago=3600)
+        other = await factories.worker(conn, heartbeat_ago=3600)
+        mine = await factories.loop(conn, status="running", lease_in=600, worker_id=own)
+        theirs = await factories.loop(conn, status="running", lease_in=600, worker_id=other)
+    settings = fast_settings(queued_reap_threshold=300.0)
+    report = await Reaper(settings, pool, own_worker=own).liveness_once()
+    assert report == ReapReport(dead_workers=1, dead_worker_turns=1)
+    kept = await loop_of(pool, mine.id)
+    assert kept.status == "running" and kept.execution_token == mine.execution_token
+    assert (await loop_of(pool, theirs.id)).status == "queued"
+    async with connection(pool) as conn:
+        assert await conn.fetchval("SELECT array_agg(id) FROM workers") == [own]
+
+
 async def test_stalled_tool_call_is_reenqueued_with_the_loops_generation(pool: Pool) -> None:
     async with transaction(pool) as conn:
         loop = await factories.loop(conn, status="running")
