@@ -28,6 +28,11 @@ CHECKS = ",".join(
 )
 
 
+# The run is bounded (a fixed seed, 60 examples per operation, one worker), so this is a
+# hang guard, not a speed check: on a 2-core box beside CPU-bound work it took over 150 s.
+HANG_AFTER = 720.0
+
+
 def _cli() -> list[str]:
     exe = Path(sys.executable).parent / "schemathesis"
     if exe.exists():
@@ -39,6 +44,7 @@ def _cli() -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(HANG_AFTER + 120)
 async def test_schemathesis_finds_no_server_errors_or_schema_violations(
     app: FastAPI, live_server, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -81,6 +87,12 @@ async def test_schemathesis_finds_no_server_errors_or_schema_violations(
             stderr=asyncio.subprocess.STDOUT,
             cwd=tmp_path,
         )
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout=150)
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), timeout=HANG_AFTER)
+        except TimeoutError:
+            # Kill and reap it here: a child left running keeps its pipe open past the test.
+            proc.kill()
+            rest, _ = await proc.communicate()
+            pytest.fail(f"schemathesis still running after {HANG_AFTER:.0f} s:\n{rest[-4000:]!r}")
     text = out.decode(errors="replace")
     assert proc.returncode == 0, text[-8000:]
