@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from uuid import UUID
 
+from agentd.builder import Builder
 from agentd.errors import ConfigError
 from agentd.llm.types import Provider
-from agentd.pipeline.builder import Builder
 
 if TYPE_CHECKING:
     from agentd.mcp.config import McpServerConfig
