@@ -95,6 +95,11 @@ def problem_response(
     )
 
 
+def wants_html(request: Request) -> bool:
+    """A browser asked (it accepts HTML): it gets a page or a redirect, not a problem."""
+    return "text/html" in request.headers.get("accept", "")
+
+
 def _title(exc: AgentdError) -> str:
     doc = (type(exc).__doc__ or type(exc).__name__).strip()
     return doc.splitlines()[0]

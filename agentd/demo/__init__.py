@@ -105,7 +105,8 @@ async def _registered(pool: Pool, *, within: float) -> None:
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     from agentd import logs
-    from agentd.api.serve import HttpServer, api_app
+    from agentd.api.serve import HttpServer
+    from agentd.app import process_app
     from agentd.client import AsyncClient
     from agentd.db.listener import Listener
     from agentd.db.pool import connection
@@ -177,7 +178,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         )
         server = HttpServer(settings.host, settings.port)
         stack.callback(server.close)
-        app = api_app(settings, pool, url, registry, engine, token)
+        app = process_app(settings, pool, url, registry, engine, token)
         tasks = [
             asyncio.create_task(engine.run(stop)),
             asyncio.create_task(server.serve(app, stop)),
