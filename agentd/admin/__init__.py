@@ -13,6 +13,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
+from starlette.applications import Starlette
 
 from agentd.admin import (
     api_docs,
@@ -65,7 +66,7 @@ def _close_hub_on_shutdown(app: FastAPI) -> None:
     previous = app.router.lifespan_context
 
     @contextlib.asynccontextmanager
-    async def lifespan(a: Any) -> AsyncIterator[Any]:
+    async def lifespan(a: Starlette) -> AsyncIterator[Any]:
         async with previous(a) as value:
             try:
                 yield value

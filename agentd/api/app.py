@@ -153,7 +153,7 @@ def _declared_integer_bounds(routes: list[BaseRoute]) -> dict[float, int]:
     9.223372036854776e18 = 2**63: a bound the API itself rejects. This maps it back."""
     found: dict[float, int] = {}
 
-    def collect(node: Any) -> None:
+    def collect(node: object) -> None:
         if isinstance(node, dict):
             for key, value in node.items():
                 if key in _BOUNDS and type(value) is int:
@@ -186,7 +186,7 @@ def _params(dependant: Dependant) -> list[ModelField]:
     return fields
 
 
-def _restore_integer_bounds(node: Any, exact: dict[float, int]) -> None:
+def _restore_integer_bounds(node: object, exact: dict[float, int]) -> None:
     if isinstance(node, dict):
         for key, value in node.items():
             if key in _BOUNDS and isinstance(value, float) and value.is_integer():

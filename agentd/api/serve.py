@@ -13,7 +13,8 @@ import contextlib
 import errno
 import socket
 from collections.abc import Iterator
-from typing import Any
+
+from starlette.types import ASGIApp
 
 from agentd.errors import AddressInUse, AgentdError
 
@@ -41,7 +42,7 @@ class HttpServer:
         self.host = host
         self.port = int(self.socket.getsockname()[1])
 
-    async def serve(self, app: Any, stop: asyncio.Event) -> None:
+    async def serve(self, app: ASGIApp, stop: asyncio.Event) -> None:
         import uvicorn
 
         class Server(uvicorn.Server):
