@@ -25,6 +25,7 @@ from agentd.settings import QUEUES, Settings, load_settings
 
 if TYPE_CHECKING:
     from agentd.db.pool import Pool
+    from agentd.registry import AgentRegistry
 
 log = logs.get("agentd.cli")
 
@@ -67,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(
         name: str, summary: str, description: str, *, serve: bool = False, config: bool = True
-    ) -> Any:
+    ) -> argparse.ArgumentParser:
         return sub.add_parser(
             name,
             help=summary,
@@ -241,7 +242,7 @@ def _stop_on_signals() -> asyncio.Event:
     return stop
 
 
-def _registry(settings: Settings) -> Any:
+def _registry(settings: Settings) -> AgentRegistry:
     from agentd.registry import build_registry
 
     registry = build_registry(settings.agents)

@@ -45,16 +45,17 @@ def _dt(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if value else ""
 
 
-def _pretty(value: Any) -> str:
+def _pretty(value: object) -> str:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            parsed = json.loads(value)
         except ValueError:
             return value
+        value = parsed
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
-def _sections(value: Any) -> list[tuple[str, str]]:
+def _sections(value: object) -> list[tuple[str, str]]:
     """A wire log as (key, text) parts: raw bodies keep their own line breaks."""
     if isinstance(value, dict):
         return [(str(k), v if isinstance(v, str) else _pretty(v)) for k, v in value.items()]
