@@ -110,8 +110,9 @@ class Agent:
         return self.loop.subject
 
     @property
-    def mcp_principal(self) -> Any:
-        """`ctx.principal` for in-process tool calls; the loop's subject by default."""
+    def mcp_principal(self) -> object:
+        """`ctx.principal` for in-process tool calls; the loop's subject by default (any
+        value: agentd only hands it to the tools)."""
         return self.loop.subject
 
     def llm_provider(self) -> Provider | Awaitable[Provider]:
