@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, overload
 
 import pydantic
 
@@ -23,12 +23,32 @@ from agentd.mcp import eras, jsonrpc
 from agentd.mcp.handlers import Handler
 from agentd.mcp.port import IDEMPOTENCY_META_KEY, CallContext, DeliveryResult
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 REQUIRES_APPROVAL_META_KEY = "agentd/requiresApproval"
 #: Where `agentd.tool` / `agentd.prompt` leave their options on a function, for `include`.
 _TOOL_MARK = "__agentd_tool__"
 _PROMPT_MARK = "__agentd_prompt__"
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ToolOptions(TypedDict, total=False):
+    """What `agentd.tool(...)` may say: the keyword arguments of `Toolset.tool`."""
+
+    name: str | None
+    description: str | None
+    input_schema: dict[str, Any] | None
+    requires_approval: bool
+
+
+class PromptOptions(TypedDict, total=False):
+    """What `agentd.prompt(...)` may say: the keyword arguments of `Toolset.prompt`."""
+
+    name: str | None
+    description: str | None
+    arguments: list[dict[str, Any]] | None
 
 
 @dataclass
@@ -388,10 +408,10 @@ def _context_for(
 
 
 @overload
-def tool(fn: F, **options: Any) -> F: ...
+def tool(fn: F, **options: Unpack[ToolOptions]) -> F: ...
 @overload
-def tool(fn: None = None, **options: Any) -> Callable[[F], F]: ...
-def tool(fn: F | None = None, **options: Any) -> F | Callable[[F], F]:
+def tool(fn: None = None, **options: Unpack[ToolOptions]) -> Callable[[F], F]: ...
+def tool(fn: F | None = None, **options: Unpack[ToolOptions]) -> F | Callable[[F], F]:
     """Mark a function as a tool for `Toolset.include` (options as for `Toolset.tool`)."""
 
     def mark(func: F) -> F:
@@ -402,10 +422,10 @@ def tool(fn: F | None = None, **options: Any) -> F | Callable[[F], F]:
 
 
 @overload
-def prompt(fn: F, **options: Any) -> F: ...
+def prompt(fn: F, **options: Unpack[PromptOptions]) -> F: ...
 @overload
-def prompt(fn: None = None, **options: Any) -> Callable[[F], F]: ...
-def prompt(fn: F | None = None, **options: Any) -> F | Callable[[F], F]:
+def prompt(fn: None = None, **options: Unpack[PromptOptions]) -> Callable[[F], F]: ...
+def prompt(fn: F | None = None, **options: Unpack[PromptOptions]) -> F | Callable[[F], F]:
     """Mark a function as a prompt for `Toolset.include` (options as for `Toolset.prompt`)."""
 
     def mark(func: F) -> F:
