@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 def create_app(state: AppState) -> FastAPI:
     """The API and, under /admin, the admin UI (its own cookie+CSRF auth)."""
     app = create_api(state)
-    admin.mount(app, state)
+    admin.mount(app, state)  # its own cookie+CSRF auth; enumerated by test_auth.py too
     return app
 
 
