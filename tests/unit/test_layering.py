@@ -1,6 +1,7 @@
 """The floors of docs/concepts.md ("Where things live"), checked on the source: a module
 may import its own floor and the floors below, never one above, and no two packages (nor
-two modules, at import time) import each other."""
+two modules, at import time) import each other. Also the two third-party edges the docs
+name: the database driver and the web framework stay in their layers."""
 
 from __future__ import annotations
 
@@ -30,6 +31,16 @@ FLOORS: list[set[str]] = [
     {"__about__", "builder", "errors", "event_loop", "json_types", "redact", "states"},
 ]
 FLOOR = {unit: level for level, units in enumerate(FLOORS) for unit in units}
+
+#: Which units may load these libraries when they run (`if TYPE_CHECKING:` imports, which
+#: only name a type, are not loads). The test kit's fixtures and servers may use any.
+_WEB = {"api", "admin", "app", "testing"}
+ONLY_IN = {
+    "asyncpg": {"db", "store", "testing"},
+    "fastapi": _WEB,
+    "starlette": _WEB,
+    "uvicorn": _WEB,
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -73,6 +84,23 @@ def _imports(path: Path, *, runtime_only: bool) -> Iterator[tuple[int, str]]:
         if isinstance(node, ast.Import | ast.ImportFrom):
             for target in _targets(node):
                 yield node.lineno, target
+
+
+def _loads(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, top-level name) of every import that runs (module level or in a function),
+    leaving out those under `if TYPE_CHECKING:`."""
+    tree = ast.parse(path.read_text(), str(path))
+    type_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            type_only.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name.split(".")[0]) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.lineno, node.module.split(".")[0]
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -126,6 +154,15 @@ def test_no_module_imports_a_higher_floor() -> None:
     assert upward == []
 
 
+def test_the_driver_and_the_web_framework_stay_in_their_layers() -> None:
+    misplaced = []
+    for module, path in MODULES.items():
+        for line, name in _loads(path):
+            if name in ONLY_IN and _unit(module) not in ONLY_IN[name]:
+                misplaced.append(f"{path.relative_to(PACKAGE.parent)}:{line} loads {name}")
+    assert misplaced == []
+
+
 def test_no_two_units_import_each_other() -> None:
     graph: dict[str, set[str]] = {}
     for module, path in MODULES.items():
@@ -142,6 +179,16 @@ def test_no_import_time_circle_between_modules() -> None:
         for module, path in MODULES.items()
     }
     assert _cycles(graph) == []
+
+
+def test_a_type_only_import_is_not_a_load(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from starlette.requests import Request\n"
+        "def f():\n    import asyncpg\n"
+    )
+    assert list(_loads(source)) == [(1, "typing"), (5, "asyncpg")]
 
 
 def test_the_checks_see_a_circle_and_a_submodule_import() -> None:
