@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from agentd.__about__ import __version__
 from agentd.agent import Agent, LoopView
+from agentd.builder import Builder
 from agentd.engine.context import ToolContext, TurnContext
 from agentd.errors import (
     AgentdError,
@@ -29,7 +30,6 @@ from agentd.errors import (
 from agentd.llm.types import Provider
 from agentd.mcp.port import CallContext
 from agentd.mcp.toolset import Toolset, prompt, tool
-from agentd.pipeline.builder import Builder
 
 __all__ = [
     "Agent",

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from uuid import UUID
 
+from agentd.builder import Builder
 from agentd.errors import ConfigError
 from agentd.llm.types import Provider
-from agentd.pipeline.builder import Builder
 
 if TYPE_CHECKING:
     from agentd.mcp.config import McpServerConfig
@@ -110,8 +110,9 @@ class Agent:
         return self.loop.subject
 
     @property
-    def mcp_principal(self) -> Any:
-        """`ctx.principal` for in-process tool calls; the loop's subject by default."""
+    def mcp_principal(self) -> object:
+        """`ctx.principal` for in-process tool calls; the loop's subject by default (any
+        value: agentd only hands it to the tools)."""
         return self.loop.subject
 
     def llm_provider(self) -> Provider | Awaitable[Provider]:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from agentd import __about__, event_loop, logs
-from agentd.api.serve import HttpServer, api_app
+from agentd.api.serve import HttpServer
 from agentd.db.startup import Interrupted, open_database, ready_url
 from agentd.errors import (
     AddressInUse,
@@ -25,6 +25,7 @@ from agentd.settings import QUEUES, Settings, load_settings
 
 if TYPE_CHECKING:
     from agentd.db.pool import Pool
+    from agentd.registry import AgentRegistry
 
 log = logs.get("agentd.cli")
 
@@ -67,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(
         name: str, summary: str, description: str, *, serve: bool = False, config: bool = True
-    ) -> Any:
+    ) -> argparse.ArgumentParser:
         return sub.add_parser(
             name,
             help=summary,
@@ -241,7 +242,7 @@ def _stop_on_signals() -> asyncio.Event:
     return stop
 
 
-def _registry(settings: Settings) -> Any:
+def _registry(settings: Settings) -> AgentRegistry:
     from agentd.registry import build_registry
 
     registry = build_registry(settings.agents)
@@ -262,6 +263,7 @@ def _token(settings: Settings) -> str:
 
 
 async def _up(settings: Settings, args: argparse.Namespace) -> int:
+    from agentd.app import process_app
     from agentd.engine.service import Engine
     from agentd.pipeline.stacks import Stacks
 
@@ -279,7 +281,7 @@ async def _up(settings: Settings, args: argparse.Namespace) -> int:
                 stacks=Stacks(),
                 queues=list(QUEUES),
             )
-            app = api_app(settings, pool, url, registry, engine, token)
+            app = process_app(settings, pool, url, registry, engine, token)
             log.info("agentd.up", host=settings.host, port=server.port, agents=registry.names())
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(engine.run(stop), name="engine")
@@ -336,6 +338,8 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _api(settings: Settings, args: argparse.Namespace) -> int:
+    from agentd.app import process_app
+
     stop = _stop_on_signals()
     registry = _registry(settings)
     server = HttpServer(settings.host, settings.port)
@@ -343,7 +347,7 @@ async def _api(settings: Settings, args: argparse.Namespace) -> int:
         async with open_database(settings, migrate_first=False, stop=stop) as (pool, url):
             await _require_current(pool)
             token = _token(settings)
-            await server.serve(api_app(settings, pool, url, registry, None, token), stop)
+            await server.serve(process_app(settings, pool, url, registry, None, token), stop)
     finally:
         server.close()
     return 0

@@ -31,7 +31,9 @@ A class docstring is its default message. Errors that can reach the API carry
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
+
+from agentd.json_types import JSONValue
 
 
 class AgentdError(Exception):
@@ -40,7 +42,8 @@ class AgentdError(Exception):
     problem_type: ClassVar[str] = "internal"
     status: ClassVar[int] = 500
 
-    def __init__(self, message: str | None = None, **details: Any) -> None:
+    def __init__(self, message: str | None = None, **details: JSONValue) -> None:
+        """`details` become members of the problem document the API answers with."""
         self.message = message or (self.__doc__ or self.__class__.__name__).strip()
         self.details = details
         super().__init__(self.message)
@@ -167,7 +170,7 @@ class LLMError(AgentdError):
 class LLMTransportError(LLMError):
     """The LLM endpoint could not be reached or the connection broke."""
 
-    def __init__(self, message: str | None = None, *, connected: bool = False, **d: Any):
+    def __init__(self, message: str | None = None, *, connected: bool = False, **d: JSONValue):
         super().__init__(message, **d)
         # A connection that never established is safe to re-send; one that broke is not.
         self.connected = connected
@@ -187,7 +190,7 @@ class LLMStatusError(LLMError):
         status_code: int,
         retry_after: float | None = None,
         body: str = "",
-        **d: Any,
+        **d: JSONValue,
     ) -> None:
         super().__init__(message or f"LLM endpoint answered HTTP {status_code}", **d)
         self.status_code = status_code
@@ -237,7 +240,7 @@ class DatabaseError(AgentdError):
 
     # The API renders it as any unexpected error: a 500 without the driver's wording.
 
-    def __init__(self, message: str | None = None, *, driver: str | None = None, **d: Any):
+    def __init__(self, message: str | None = None, *, driver: str | None = None, **d: JSONValue):
         super().__init__(message, **d)
         #: the class name of the driver's exception (which is `__cause__`)
         self.driver = driver or type(self).__name__

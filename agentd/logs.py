@@ -8,6 +8,7 @@ from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
+from structlog.typing import FilteringBoundLogger, Processor
 
 from agentd import redact
 
@@ -28,7 +29,7 @@ def configure(fmt: str = "auto", level: str = "info") -> None:
     """Configure structlog once per process."""
     if fmt == "auto":
         fmt = "console" if sys.stderr.isatty() else "json"
-    renderer: Any = (
+    renderer: Processor = (
         structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
         if fmt == "console"
         else structlog.processors.JSONRenderer()
@@ -50,5 +51,7 @@ def configure(fmt: str = "auto", level: str = "info") -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(message)s")
 
 
-def get(name: str) -> Any:
-    return structlog.get_logger(name)
+def get(name: str) -> FilteringBoundLogger:
+    """The logger of `name`, as `configure` set it up (a filtering bound logger)."""
+    logger: FilteringBoundLogger = structlog.get_logger(name)
+    return logger

@@ -26,6 +26,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -332,7 +333,7 @@ class Settings(BaseSettings):
 
     @field_validator("wire_log_retention", "webhook_delivery_retention", mode="before")
     @classmethod
-    def _off(cls, v: Any) -> Any:
+    def _off(cls, v: object) -> object:
         return None if isinstance(v, str) and v.strip().lower() in ("", "off", "none") else v
 
     @field_validator("wire_log_retention")
@@ -347,7 +348,7 @@ class Settings(BaseSettings):
 
     @field_validator("read_tokens", mode="before")
     @classmethod
-    def _split_tokens(cls, v: Any) -> Any:
+    def _split_tokens(cls, v: object) -> object:
         if not isinstance(v, str):
             return v
         text = v.strip()
@@ -365,7 +366,7 @@ class Settings(BaseSettings):
 
     @field_validator("queues", mode="before")
     @classmethod
-    def _split_queues(cls, v: Any) -> Any:
+    def _split_queues(cls, v: object) -> object:
         if isinstance(v, str):
             v = [q.strip() for q in v.split(",") if q.strip()]
         return v
@@ -382,7 +383,7 @@ class Settings(BaseSettings):
 
     @field_validator("llm_retry_statuses", mode="before")
     @classmethod
-    def _split_statuses(cls, v: Any) -> Any:
+    def _split_statuses(cls, v: object) -> object:
         if isinstance(v, str):
             import json
 
@@ -472,7 +473,7 @@ class _TomlSource(PydanticBaseSettingsSource):
         super().__init__(settings_cls)
         self._init = init
 
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
@@ -518,9 +519,11 @@ def reference_markdown() -> str:
     for name, field in Settings.model_fields.items():
         if name in skip:
             continue
-        default: Any = field.default
+        default: object = field.default
         if field.default_factory is not None:
-            default = "(per user)" if name == "data_dir" else field.default_factory()  # type: ignore[call-arg]
+            default = (
+                "(per user)" if name == "data_dir" else field.get_default(call_default_factory=True)
+            )
         if default is None:
             shown = "unset"
         elif isinstance(default, list):

@@ -1,6 +1,7 @@
 """The admin UI at /admin: see and steer every loop from a browser.
 
-`mount(app, state)` adds it to an app made by `agentd.api.app.create_app`. Server-rendered
+`mount(app, state)` adds it to an app made by `agentd.api.app.create_api`, as
+`agentd.app.create_app` does (the admin imports the API, never the reverse). Server-rendered
 (Jinja2), a little vanilla JS for the live loop page, no build step, no CDN.
 """
 
@@ -12,8 +13,10 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
+from starlette.applications import Starlette
 
 from agentd.admin import (
+    api_docs,
     auth,
     dashboard,
     forms,
@@ -38,7 +41,14 @@ def mount(app: FastAPI, state: AppState) -> None:
 
     # Input is cleaned after auth, so an anonymous caller learns nothing from it.
     app.include_router(login.router, dependencies=[Depends(forms.clean_input)])
-    for private in (dashboard.router, loops.router, inspector.router, webhooks.router):
+    private_routers = (
+        api_docs.router,
+        dashboard.router,
+        loops.router,
+        inspector.router,
+        webhooks.router,
+    )
+    for private in private_routers:
         app.include_router(
             private,
             dependencies=[Depends(auth.require_session), Depends(forms.clean_input)],
@@ -56,7 +66,7 @@ def _close_hub_on_shutdown(app: FastAPI) -> None:
     previous = app.router.lifespan_context
 
     @contextlib.asynccontextmanager
-    async def lifespan(a: Any) -> AsyncIterator[Any]:
+    async def lifespan(a: Starlette) -> AsyncIterator[Any]:
         async with previous(a) as value:
             try:
                 yield value

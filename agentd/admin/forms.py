@@ -3,11 +3,10 @@ refuse the same things: every query parameter and form field, and every JSON fie
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import Request
 
 from agentd.api import hygiene
+from agentd.json_types import JSONValue
 
 _FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
 
@@ -43,7 +42,7 @@ async def clean_input(request: Request) -> None:
                 _check("form", key, field)
 
 
-def json_field(name: str, text: str) -> Any:
+def json_field(name: str, text: str) -> JSONValue:
     """The JSON value of form field `name`. FormInvalid when it breaks a cleaning rule;
     ValueError (bad syntax) is left to the caller, which shows it as a message."""
     try:

@@ -15,6 +15,7 @@ from fastapi.templating import Jinja2Templates
 
 from agentd import __about__
 from agentd.admin import auth, forms
+from agentd.api import problems
 from agentd.llm import prices
 
 PROBLEM_BASE = "https://agentd.dev/problems/"
@@ -44,16 +45,17 @@ def _dt(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if value else ""
 
 
-def _pretty(value: Any) -> str:
+def _pretty(value: object) -> str:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            parsed = json.loads(value)
         except ValueError:
             return value
+        value = parsed
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
-def _sections(value: Any) -> list[tuple[str, str]]:
+def _sections(value: object) -> list[tuple[str, str]]:
     """A wire log as (key, text) parts: raw bodies keep their own line breaks."""
     if isinstance(value, dict):
         return [(str(k), v if isinstance(v, str) else _pretty(v)) for k, v in value.items()]
@@ -133,14 +135,10 @@ def redirect(request: Request, to: str, *, flash: tuple[str, str] | None = None)
     return response
 
 
-def wants_html(request: Request) -> bool:
-    return "text/html" in request.headers.get("accept", "")
-
-
 async def on_denied(request: Request, exc: Exception) -> Response:
     """Browsers get the login page (401) or an HTML refusal; API clients a problem document."""
     assert isinstance(exc, auth.AdminDenied)
-    if wants_html(request):
+    if problems.wants_html(request):
         if exc.status == 401 and request.method in auth.READ_METHODS:
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             return RedirectResponse(f"/admin/login?next={quote(target)}", status_code=303)
@@ -163,7 +161,7 @@ async def on_invalid(request: Request, exc: Exception) -> Response:
     the API's validation problem for scripts. Nothing was done."""
     assert isinstance(exc, forms.FormInvalid)
     detail = f"{exc.field}: {exc.message}"
-    if wants_html(request):
+    if problems.wants_html(request):
         return render(
             request, "error.html", {"title": "Invalid input", "detail": detail}, status=422
         )

@@ -1,2 +1,3 @@
 """The control plane: REST API, health, metrics, live streams, MCP mounts, the worker's probe
-port, and serving it all (the admin UI, `agentd.admin`, is mounted by `app.py`)."""
+port, and serving it all. It never imports the admin UI: `agentd.app` mounts `agentd.admin`
+on the app `app.create_api` builds."""

@@ -56,6 +56,7 @@ from agentd.api.stream_hub import (
 )
 from agentd.db.pool import connection
 from agentd.errors import LoopNotFound
+from agentd.json_types import JSONObject, JSONValue
 from agentd.llm import prices
 from agentd.states import LoopStatus
 from agentd.store import loops, messages, tool_calls
@@ -94,7 +95,7 @@ def parse_last_event_id(value: str | None) -> Resume | None:
     )
 
 
-def _event(kind: str, **fields: Any) -> dict[str, Any]:
+def _event(kind: str, **fields: JSONValue) -> dict[str, Any]:
     out: dict[str, Any] = {"type": kind, "timestamp": int(time.time() * 1000)}
     out.update({k: v for k, v in fields.items() if v is not None})
     return out
@@ -169,7 +170,7 @@ class AguiStream:
         self.open_len = 0
         self.open_live = True
         self.deltas = DeltaCursor()
-        self.last_state: Any = loop.state
+        self.last_state: JSONObject = loop.state
         # Tokens of the model calls this run has sent, per model (RUN_FINISHED `usage`).
         self.usage: dict[str, dict[str, int]] = {}
 

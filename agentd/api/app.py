@@ -1,4 +1,8 @@
-"""The FastAPI application factory."""
+"""The API's FastAPI app: REST routes, probes, metrics, docs and the MCP mounts.
+
+The admin UI is not part of it: `agentd.app.create_app` mounts `agentd.admin` on this app,
+so the admin imports the API and never the reverse.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +12,12 @@ from fastapi import APIRouter, Depends, FastAPI, Request, routing
 from fastapi._compat import ModelField
 from fastapi.dependencies.models import Dependant
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.security import HTTPBearer
 from pydantic import TypeAdapter
 from starlette.routing import BaseRoute
 
-from agentd import __about__, admin, redact
-from agentd.admin import auth as admin_auth
-from agentd.admin import forms as admin_forms
-from agentd.admin import render as admin_render
+from agentd import __about__, redact
 from agentd.api import (
     auth,
     body_limit,
@@ -54,8 +55,19 @@ In a browser logged in to the admin UI, this page is also at `/admin/docs`; use
 _bearer = HTTPBearer(auto_error=False)
 
 
-def create_app(state: AppState) -> FastAPI:
-    app = FastAPI(
+class Api(FastAPI):
+    """FastAPI with our OpenAPI document (exact integer bounds, the Problem schema),
+    built once on first use."""
+
+    def openapi(self) -> dict[str, Any]:
+        if not self.openapi_schema:
+            self.openapi_schema = _openapi(self)
+        return self.openapi_schema
+
+
+def create_api(state: AppState) -> FastAPI:
+    """The API for `state`, without the admin UI (`agentd.app.create_app` adds it)."""
+    app = Api(
         title="agentd",
         version=__about__.__version__,
         description=DESCRIPTION,
@@ -95,7 +107,6 @@ def create_app(state: AppState) -> FastAPI:
         return RedirectResponse("/admin", status_code=307)
 
     mcp_server.mount_all(app, state)
-    admin.mount(app, state)  # its own cookie+CSRF auth; enumerated by test_auth.py too
 
     # Outermost last: CatchAll's 500s and MethodRouting's 405s get the security headers.
     app.add_middleware(json_body.JsonBody)
@@ -107,37 +118,17 @@ def create_app(state: AppState) -> FastAPI:
 
 
 def _add_docs(app: FastAPI) -> None:
-    schema: dict[str, Any] = {}
-
-    def openapi_schema() -> dict[str, Any]:
-        if not schema:
-            schema.update(_openapi(app))
-        return schema
-
-    app.openapi = openapi_schema  # type: ignore[method-assign]
-
     @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(auth.require_token)])
     async def openapi_json() -> JSONResponse:
         return JSONResponse(app.openapi())
 
     @app.get("/docs", include_in_schema=False)
     async def docs(request: Request) -> Response:
-        if "authorization" not in request.headers and admin_render.wants_html(request):
+        if "authorization" not in request.headers and problems.wants_html(request):
             # A browser sends no bearer token: the admin session's copy of the page.
             return RedirectResponse("/admin/docs", status_code=303)
         await auth.require_token(request, await _bearer(request))
         return get_swagger_ui_html(openapi_url="/openapi.json", title="agentd API")
-
-    # The same, behind the admin UI's session (its cookie lives under /admin).
-    session = [Depends(admin_auth.require_session), Depends(admin_forms.clean_input)]
-
-    @app.get("/admin/openapi.json", include_in_schema=False, dependencies=session)
-    async def admin_openapi_json() -> JSONResponse:
-        return JSONResponse(app.openapi())
-
-    @app.get("/admin/docs", include_in_schema=False, dependencies=session)
-    async def admin_docs() -> HTMLResponse:
-        return get_swagger_ui_html(openapi_url="/admin/openapi.json", title="agentd API")
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
@@ -162,7 +153,7 @@ def _declared_integer_bounds(routes: list[BaseRoute]) -> dict[float, int]:
     9.223372036854776e18 = 2**63: a bound the API itself rejects. This maps it back."""
     found: dict[float, int] = {}
 
-    def collect(node: Any) -> None:
+    def collect(node: object) -> None:
         if isinstance(node, dict):
             for key, value in node.items():
                 if key in _BOUNDS and type(value) is int:
@@ -195,7 +186,7 @@ def _params(dependant: Dependant) -> list[ModelField]:
     return fields
 
 
-def _restore_integer_bounds(node: Any, exact: dict[float, int]) -> None:
+def _restore_integer_bounds(node: object, exact: dict[float, int]) -> None:
     if isinstance(node, dict):
         for key, value in node.items():
             if key in _BOUNDS and isinstance(value, float) and value.is_integer():

@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn, TypeVar
 
 from pydantic import AfterValidator, Field
+
+from agentd.json_types import JSONValue
+
+T = TypeVar("T")
 
 #: Deepest nesting of objects and arrays accepted in a JSON value (a flat object is 1).
 MAX_DEPTH = 64
@@ -44,7 +48,7 @@ def check_text(value: str) -> str:
     return value
 
 
-def check_json(value: Any) -> Any:
+def check_json(value: T) -> T:
     """`value` unchanged, or Unclean naming the rule it breaks (see the module docstring).
 
     Iterative, so a deep document is refused by the depth rule, never by a RecursionError.
@@ -70,11 +74,11 @@ def check_json(value: Any) -> Any:
     return value
 
 
-def _refuse_constant(name: str) -> Any:
+def _refuse_constant(name: str) -> NoReturn:
     raise Unclean(f"must not contain non-finite numbers (got {name})")
 
 
-def parse_json(text: str) -> Any:
+def parse_json(text: str) -> JSONValue:
     """JSON text from a form field, checked by `check_json`.
 
     Raises Unclean for a rule broken (the `NaN`/`Infinity` tokens Python would otherwise
@@ -88,8 +92,7 @@ def parse_json(text: str) -> Any:
 
 
 def _check_object(value: dict[str, Any]) -> dict[str, Any]:
-    checked: dict[str, Any] = check_json(value)
-    return checked
+    return check_json(value)
 
 
 CleanStr = Annotated[str, AfterValidator(check_text)]

@@ -42,6 +42,7 @@ from starlette.types import Receive, Scope, Send
 
 from agentd import logs, redact
 from agentd.db import pool as dbpool
+from agentd.json_types import JSONValue
 from agentd.mcp import eras, jsonrpc, mounts
 from agentd.mcp.mounts import McpMount
 from agentd.mcp.port import CallContext
@@ -71,7 +72,7 @@ class _Call:
     """One HTTP request on its way through; what its event will say."""
 
     request: Request
-    principal: Any
+    principal: object  # what the mount's authorizer returned
     label: str
     started: float
     raw_request: str = ""
@@ -160,7 +161,7 @@ class McpEndpoint:
             return Response("Invalid Origin header", status_code=403)
         return None
 
-    async def _authorize(self, request: Request) -> Any:
+    async def _authorize(self, request: Request) -> object:
         header = request.headers.get("authorization", "")
         scheme, _, credentials = header.partition(" ")
         token = credentials.strip() if scheme.lower() == "bearer" and credentials.strip() else None
@@ -383,13 +384,13 @@ def principal_label(principal: object) -> str:
     return label[:200]
 
 
-def _server_info(toolset: Any) -> dict[str, Any]:
+def _server_info(toolset: mounts.Servable) -> dict[str, Any]:
     if hasattr(toolset, "server_info"):
         return dict(toolset.server_info())
     return {"name": str(getattr(toolset, "name", "agentd")), "version": "0.0.0"}
 
 
-def _json(body: Any, status: int, headers: dict[str, str] | None = None) -> Response:
+def _json(body: JSONValue, status: int, headers: dict[str, str] | None = None) -> Response:
     try:
         text = jsonrpc.dumps(body, allow_nan=False)
     except ValueError:
@@ -401,16 +402,18 @@ def _json(body: Any, status: int, headers: dict[str, str] | None = None) -> Resp
     return Response(text, status_code=status, media_type="application/json", headers=headers)
 
 
-def _rejection(rejection: inbound.InboundLadderRejection, request_id: Any) -> Response:
+def _rejection(
+    rejection: inbound.InboundLadderRejection, request_id: jsonrpc.RequestId
+) -> Response:
     body = jsonrpc.error(request_id, rejection.code, rejection.message, rejection.data)
     return _json(body, inbound.ERROR_CODE_HTTP_STATUS.get(rejection.code, 400))
 
 
-def _id(envelope: Any) -> Any:
+def _id(envelope: object) -> JSONValue:
     return envelope.get("id") if isinstance(envelope, dict) else None
 
 
-def _valid_id(envelope: Any) -> Any:
+def _valid_id(envelope: object) -> jsonrpc.RequestId:
     """The id to echo in an Invalid Request answer: the request's, if it is a valid one."""
     ident = _id(envelope)
     return ident if isinstance(ident, str | int) and not isinstance(ident, bool) else None
@@ -500,13 +503,13 @@ def mount_one(app: FastAPI, name: str, mount: McpMount, state: AppState) -> None
 PROTECTED_RESOURCE_PATH = "/.well-known/oauth-protected-resource"
 
 
-def protected_resource_metadata(name: str) -> Callable[[Any], Awaitable[Any]]:
+def protected_resource_metadata(name: str) -> Callable[[Request], Awaitable[Response]]:
     """OAuth protected-resource metadata (RFC 9728) saying: send a bearer token in the
     `Authorization` header; there is no authorization server to get one from (tokens are
     issued out of band, see docs/mcp-server.md). OAuth-capable clients (the MCP inspector)
     read this instead of guessing an authorization server at the origin."""
 
-    async def metadata(request: Any) -> Any:
+    async def metadata(request: Request) -> Response:
         origin = f"{request.url.scheme}://{request.url.netloc}"
         return JSONResponse(
             {
@@ -520,6 +523,6 @@ def protected_resource_metadata(name: str) -> Callable[[Any], Awaitable[Any]]:
     return metadata
 
 
-def resource_metadata_url(request: Any, name: str) -> str:
+def resource_metadata_url(request: Request, name: str) -> str:
     """Where a 401 points OAuth clients (`WWW-Authenticate: Bearer resource_metadata=...`)."""
     return f"{request.url.scheme}://{request.url.netloc}{PROTECTED_RESOURCE_PATH}/mcp/{name}"

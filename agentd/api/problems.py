@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentd import logs
 from agentd.errors import AgentdError, DatabaseError, DatabaseUnavailable, SchemaChanged
+from agentd.json_types import JSONValue
 
 log = logs.get("agentd.api")
 
@@ -65,7 +66,7 @@ class ApiProblem(Exception):
         *,
         problem_type: str | None = None,
         headers: dict[str, str] | None = None,
-        **extra: Any,
+        **extra: JSONValue,
     ) -> None:
         super().__init__(detail)
         slug, title = _HTTP_TITLES.get(status, ("http-error", "HTTP error."))
@@ -84,7 +85,7 @@ def problem_response(
     detail: str,
     *,
     headers: dict[str, str] | None = None,
-    **extra: Any,
+    **extra: JSONValue,
 ) -> Response:
     body = {"type": TYPE_BASE + problem_type, "title": title, "status": status, "detail": detail}
     for key, value in extra.items():
@@ -93,6 +94,11 @@ def problem_response(
     return Response(
         json.dumps(body, default=str), status_code=status, media_type=MEDIA_TYPE, headers=headers
     )
+
+
+def wants_html(request: Request) -> bool:
+    """A browser asked (it accepts HTML): it gets a page or a redirect, not a problem."""
+    return "text/html" in request.headers.get("accept", "")
 
 
 def _title(exc: AgentdError) -> str:

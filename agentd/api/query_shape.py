@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import types
 import typing
-from typing import Any
 
 from fastapi import Request
 from fastapi.routing import APIRoute
@@ -22,7 +21,7 @@ from agentd.errors import InputInvalid
 _INTEGER = re.compile(r"-?[0-9]+")
 
 
-def _kinds(annotation: Any) -> tuple[bool, bool]:
+def _kinds(annotation: object) -> tuple[bool, bool]:
     """(is a sequence, is an integer) of a declared query parameter's type."""
     args = typing.get_args(annotation)
     origin = typing.get_origin(annotation)

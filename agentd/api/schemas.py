@@ -10,6 +10,7 @@ from uuid import UUID
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, Strict
 
 from agentd.api import hygiene
+from agentd.json_types import JSONValue
 from agentd.llm import prices
 from agentd.states import ApprovalStatus, InputStatus, LoopStatus, MessageStatus, ToolCallStatus
 from agentd.store.models import Event, Loop, Message, ToolCall
@@ -27,7 +28,7 @@ _clean_text = hygiene.check_text
 _clean_json = hygiene.check_json
 
 
-def _not_a_number(value: Any) -> Any:
+def _not_a_number(value: T) -> T:
     # pydantic also reads a number ("0.5") as a unix timestamp; the schema says date-time
     if isinstance(value, str | int | float) and not isinstance(value, bool):
         try:
@@ -328,7 +329,7 @@ class ToolCallOut(BaseModel):
     decided_at: datetime | None
     decided_by: str | None
     decision_reason: str | None
-    requested_arguments: Any = Field(
+    requested_arguments: JSONValue = Field(
         None,
         description="Set when a person approved other arguments: what the model asked "
         "(`arguments` then holds the approved ones, which ran and which the model sees).",
@@ -499,8 +500,8 @@ class EventOut(BaseModel):
     http_method: str | None
     url: str | None = Field(description="Wire log: the URL called (secrets redacted).")
     status: int | None
-    request_data: Any = Field(description="Wire log: request body (secrets redacted).")
-    response_data: Any = Field(description="Wire log: response body (secrets redacted).")
+    request_data: JSONValue = Field(description="Wire log: request body (secrets redacted).")
+    response_data: JSONValue = Field(description="Wire log: response body (secrets redacted).")
     duration: float | None
     log: str | None
     created_at: datetime

@@ -1,4 +1,4 @@
-"""Serving over HTTP: the API app for a process, and uvicorn inside our event loop.
+"""Serving over HTTP: uvicorn inside our event loop (the app is `agentd.app.process_app`).
 
 Shared by `agentd up`, `agentd api`, `agentd worker` (its probe port) and `agentd demo`.
 The listening socket is bound before anything else starts, so a taken port is one clear
@@ -13,15 +13,10 @@ import contextlib
 import errno
 import socket
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+
+from starlette.types import ASGIApp
 
 from agentd.errors import AddressInUse, AgentdError
-from agentd.settings import Settings
-
-if TYPE_CHECKING:
-    from agentd.db.pool import Pool
-    from agentd.engine.service import Engine
-    from agentd.registry import AgentRegistry
 
 
 def bind(host: str, port: int, *, setting: str = "AGENTD_PORT or --port") -> socket.socket:
@@ -47,7 +42,7 @@ class HttpServer:
         self.host = host
         self.port = int(self.socket.getsockname()[1])
 
-    async def serve(self, app: Any, stop: asyncio.Event) -> None:
+    async def serve(self, app: ASGIApp, stop: asyncio.Event) -> None:
         import uvicorn
 
         class Server(uvicorn.Server):
@@ -77,26 +72,3 @@ class HttpServer:
 
     def close(self) -> None:
         self.socket.close()
-
-
-def api_app(
-    settings: Settings,
-    pool: Pool,
-    url: str,
-    registry: AgentRegistry,
-    engine: Engine | None,
-    token: str,
-) -> Any:
-    """The API (with admin UI and MCP mounts) for this process; `engine` None: `agentd api`."""
-    from agentd.api.app import create_app
-    from agentd.api.state import AppState
-
-    state = AppState.create(
-        settings=settings,
-        pool=pool,
-        registry=registry,
-        database_url=url,
-        api_token=token,
-        engine=engine,
-    )
-    return create_app(state)

@@ -7,7 +7,7 @@ import builtins
 import os
 from collections.abc import AsyncIterator
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from httpx_sse import aconnect_sse
@@ -15,6 +15,8 @@ from httpx_sse import aconnect_sse
 from agentd.client import errors, routes, streaming
 from agentd.client.models import EventOut, LoopOut, MessageOut, Page, StreamEvent, ToolCallOut
 from agentd.client.routes import LoopId
+
+R = TypeVar("R")
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -54,7 +56,7 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _do(self, call: routes.Call) -> Any:
+    async def _do(self, call: routes.Call[R]) -> R:
         try:
             r = await self._http.request(
                 call.method,

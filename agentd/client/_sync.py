@@ -6,7 +6,7 @@ import builtins
 import time
 from collections.abc import Iterator
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from httpx_sse import connect_sse
@@ -15,6 +15,8 @@ from agentd.client import errors, routes, streaming
 from agentd.client._async import DEFAULT_URL, _headers
 from agentd.client.models import EventOut, LoopOut, MessageOut, Page, StreamEvent, ToolCallOut
 from agentd.client.routes import LoopId
+
+R = TypeVar("R")
 
 
 class Client:
@@ -47,7 +49,7 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
-    def _do(self, call: routes.Call) -> Any:
+    def _do(self, call: routes.Call[R]) -> R:
         try:
             r = self._http.request(
                 call.method,

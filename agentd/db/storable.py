@@ -48,7 +48,7 @@ def _fix_escape(m: re.Match[str]) -> str:
     return m.group(1) + "\\ufffd"
 
 
-def _finite(value: Any) -> Any:
+def _finite(value: object) -> object:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
@@ -58,7 +58,7 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def dumps(value: Any) -> str:
+def dumps(value: object) -> str:
     """JSON text that `json` and `jsonb` accept: the pool's json/jsonb encoder."""
     out = json.dumps(value)  # ensure_ascii: NUL and surrogates appear only as \u escapes
     if "NaN" in out or "Infinity" in out:  # a bare token, or the word inside a string
@@ -75,7 +75,7 @@ def args(values: tuple[Any, ...]) -> tuple[Any, ...]:
     out: list[Any] | None = None
     for i, v in enumerate(values):
         if type(v) is str:
-            new: Any = text(v)
+            new: object = text(v)
         elif type(v) is list and v:
             new = _text_list(v)
         else:

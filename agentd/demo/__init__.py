@@ -30,6 +30,7 @@ from agentd.states import ApprovalStatus, LoopStatus, ToolCallStatus
 
 if TYPE_CHECKING:
     from agentd.db.pool import Pool
+    from agentd.store.models import Loop, Message, ToolCall
 
 AGENT = "trip"
 TASK = (
@@ -105,7 +106,8 @@ async def _registered(pool: Pool, *, within: float) -> None:
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     from agentd import logs
-    from agentd.api.serve import HttpServer, api_app
+    from agentd.api.serve import HttpServer
+    from agentd.app import process_app
     from agentd.client import AsyncClient
     from agentd.db.listener import Listener
     from agentd.db.pool import connection
@@ -177,7 +179,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         )
         server = HttpServer(settings.host, settings.port)
         stack.callback(server.close)
-        app = api_app(settings, pool, url, registry, engine, token)
+        app = process_app(settings, pool, url, registry, engine, token)
         tasks = [
             asyncio.create_task(engine.run(stop)),
             asyncio.create_task(server.serve(app, stop)),
@@ -212,13 +214,14 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         streamed: dict[int, str] = {}
         result = 1
 
-        async def sync() -> Any:
+        async def sync() -> tuple[Loop, list[ToolCall], list[Message]]:
             """Print what committed since last time; kill/approve at the right moments."""
             nonlocal worker, killed_at, recovered_at, approvals
             async with connection(pool) as conn:
                 row = await loops.get(conn, loop_id=loop.id)
                 calls = await tool_calls.list_for_loop(conn, loop_id=loop.id)
                 msgs = await messages.list_(conn, loop_id=loop.id)
+            assert row is not None  # the demo's own loop: nothing deletes it
             for m in msgs:
                 if m.id in shown or m.role == "user":
                     continue

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SkipValidation,
+    ValidationError,
+    model_validator,
+)
 
 from agentd.errors import ConfigError
+from agentd.mcp.port import Transport
+from agentd.mcp.toolset import Toolset
 
 _WHERE = ("url", "command", "toolset", "transport")
 
@@ -29,8 +38,9 @@ class McpServerConfig(BaseModel):
     command: list[str] | None = None
     env: dict[str, str] | None = None
     cwd: str | None = None
-    toolset: Any = None
-    transport: Any = None
+    # Not checked by type: anything with a deliver() is accepted (the validator below).
+    toolset: Annotated[Toolset | None, SkipValidation] = None
+    transport: Annotated[Transport | None, SkipValidation] = None
 
     @model_validator(mode="after")
     def _exactly_one_location(self) -> McpServerConfig:

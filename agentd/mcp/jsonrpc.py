@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import Any
+from typing import Any, NoReturn, TypeAlias
+
+from agentd.json_types import JSONValue
+
+#: The id a request carries and its answer echoes: MCP allows a string or an integer; an
+#: answer to a message whose id could not be read carries null.
+RequestId: TypeAlias = str | int | None
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -36,11 +42,11 @@ def notification(method: str, params: dict[str, Any] | None = None) -> dict[str,
     return envelope
 
 
-def result(id: Any, value: dict[str, Any]) -> dict[str, Any]:
+def result(id: RequestId, value: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": id, "result": value}
 
 
-def error(id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+def error(id: RequestId, code: int, message: str, data: JSONValue = None) -> dict[str, Any]:
     err: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
         err["data"] = data
@@ -89,11 +95,11 @@ class NotJson(ValueError):
     """The text used NaN, Infinity or -Infinity: JavaScript, not JSON."""
 
 
-def _no_constants(name: str) -> Any:
+def _no_constants(name: str) -> NoReturn:
     raise NotJson(f"{name} is not valid JSON")
 
 
-def loads(text: str | bytes) -> Any:
+def loads(text: str | bytes) -> JSONValue:
     """Strict JSON: NaN / Infinity raise `NotJson` (Python's json accepts them)."""
     return json.loads(text, parse_constant=_no_constants)
 

@@ -15,17 +15,35 @@ import importlib
 import importlib.metadata
 import os
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentd.errors import ConfigError
+from agentd.mcp.port import CallContext
 
 if TYPE_CHECKING:
+    from starlette.requests import Request
+
     from agentd.settings import Settings
 
-#: `(token, request) -> principal | None` (sync or async); None answers 401.
-Authorizer = Callable[[str | None, Any], Any | Awaitable[Any]]
+#: `(token, request) -> principal | None`, or an awaitable of it; None answers 401. The
+#: principal is whatever the authorizer says it is: agentd logs its `str` and hands it to
+#: tools as `CallContext.principal`.
+Authorizer = Callable[[str | None, "Request"], object]
+
+
+class Servable(Protocol):
+    """What a mount serves: an `agentd.Toolset`, or anything with its `handle`."""
+
+    async def handle(
+        self,
+        envelope: object,
+        *,
+        session_id: str | None = None,
+        context: CallContext | None = None,
+    ) -> tuple[dict[str, Any] | None, str | None]: ...
+
 
 ENTRY_POINT_GROUP = "agentd.mcp_servers"
 TOML_KEYS = frozenset({"toolset", "authorizer", "tokens_env", "allowed_hosts", "allowed_origins"})
@@ -42,7 +60,7 @@ class McpMount:
     `"*"` switches the check off.
     """
 
-    toolset: Any  # an agentd.Toolset (anything with its `handle`)
+    toolset: Servable
     authorizer: Authorizer
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
@@ -72,7 +90,7 @@ class TokenListAuthorizer:
         self.env = env
         self._tokens = [t.encode() for t in tokens]
 
-    def __call__(self, token: str | None, request: Any) -> str | None:
+    def __call__(self, token: str | None, request: object) -> str | None:
         if not token:
             return None
         given = token.encode()
@@ -123,7 +141,7 @@ def mount_from_table(name: str, table: dict[str, Any]) -> McpMount:
             f"[mcp_servers.{name}]: set exactly one of `authorizer` or `tokens_env` (fail-closed)"
         )
     if has_env:
-        authorizer: Any = TokenListAuthorizer(str(table["tokens_env"]))
+        authorizer: Authorizer = TokenListAuthorizer(str(table["tokens_env"]))
     else:
         authorizer = _import(table["authorizer"], f"[mcp_servers.{name}].authorizer")
     return McpMount(
@@ -139,12 +157,14 @@ def check_name(name: str, where: str) -> None:
         raise ConfigError(f"MCP mount name {name!r} ({where}) must be a URL path segment")
 
 
-def _import(target: Any, where: str) -> Any:
+def _import(target: object, where: str) -> Any:
+    """The object `target` ("package.module:attribute") names: a toolset, a factory of one,
+    or an authorizer, known only once imported."""
     if not isinstance(target, str) or ":" not in target:
         raise ConfigError(f"{where} must be 'package.module:attribute', got {target!r}")
     module_name, _, attr = target.partition(":")
     try:
-        value: Any = importlib.import_module(module_name)
+        value: object = importlib.import_module(module_name)
         for part in attr.split("."):
             value = getattr(value, part)
     except (ImportError, AttributeError) as exc:

@@ -22,9 +22,11 @@ class CallContext:
     endpoint carry only the principal the authorizer returned.
     """
 
+    # `Any`, not `Agent` / `LoopView`: agent.py sits above mcp/, so naming them here would
+    # run up the floors (docs/concepts.md); a tool reads them as it needs.
     agent: Any = None
     loop: Any = None
-    principal: Any = None
+    principal: Any = None  # what the mount's authorizer or the agent's mcp_principal gave
     idempotency_key: str | None = None
     tool_call_id: int | None = None
     meta: dict[str, Any] = field(default_factory=dict)

@@ -71,7 +71,7 @@ def remember_tools(url: str, tools: list[Any], *, first_page: bool) -> None:
             facts.param_headers.pop(tool["name"], None)
 
 
-def param_headers(url: str, name: str, arguments: Any) -> dict[str, str]:
+def param_headers(url: str, name: str, arguments: object) -> dict[str, str]:
     """The `Mcp-Param-*` headers a `tools/call` of `name` with `arguments` carries."""
     mapping = (of(url).param_headers or {}).get(name)
     if not mapping or not isinstance(arguments, dict):

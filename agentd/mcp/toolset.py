@@ -13,18 +13,42 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, overload
 
 import pydantic
 
 from agentd.errors import ToolArgumentsInvalid
+from agentd.json_types import JSONValue
 from agentd.mcp import eras, jsonrpc
 from agentd.mcp.handlers import Handler
 from agentd.mcp.port import IDEMPOTENCY_META_KEY, CallContext, DeliveryResult
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 REQUIRES_APPROVAL_META_KEY = "agentd/requiresApproval"
+#: Where `agentd.tool` / `agentd.prompt` leave their options on a function, for `include`.
+_TOOL_MARK = "__agentd_tool__"
+_PROMPT_MARK = "__agentd_prompt__"
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ToolOptions(TypedDict, total=False):
+    """What `agentd.tool(...)` may say: the keyword arguments of `Toolset.tool`."""
+
+    name: str | None
+    description: str | None
+    input_schema: dict[str, Any] | None
+    requires_approval: bool
+
+
+class PromptOptions(TypedDict, total=False):
+    """What `agentd.prompt(...)` may say: the keyword arguments of `Toolset.prompt`."""
+
+    name: str | None
+    description: str | None
+    arguments: list[dict[str, Any]] | None
 
 
 @dataclass
@@ -88,6 +112,28 @@ class Toolset:
 
     # -- declaration -------------------------------------------------------------------
 
+    @overload
+    def tool(
+        self,
+        fn: F,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        input_schema: dict[str, Any] | None = None,
+        requires_approval: bool = False,
+    ) -> F: ...
+
+    @overload
+    def tool(
+        self,
+        fn: None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        input_schema: dict[str, Any] | None = None,
+        requires_approval: bool = False,
+    ) -> Callable[[F], F]: ...
+
     def tool(
         self,
         fn: F | None = None,
@@ -96,7 +142,9 @@ class Toolset:
         description: str | None = None,
         input_schema: dict[str, Any] | None = None,
         requires_approval: bool = False,
-    ) -> Any:
+    ) -> F | Callable[[F], F]:
+        """Register `fn` as a tool (`@toolset.tool` or `@toolset.tool(name=...)`)."""
+
         def register(func: F) -> F:
             tool_name = name or func.__name__
             if tool_name in self.tools:
@@ -108,6 +156,26 @@ class Toolset:
 
         return register(fn) if fn is not None else register
 
+    @overload
+    def prompt(
+        self,
+        fn: F,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        arguments: list[dict[str, Any]] | None = None,
+    ) -> F: ...
+
+    @overload
+    def prompt(
+        self,
+        fn: None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        arguments: list[dict[str, Any]] | None = None,
+    ) -> Callable[[F], F]: ...
+
     def prompt(
         self,
         fn: F | None = None,
@@ -115,7 +183,9 @@ class Toolset:
         name: str | None = None,
         description: str | None = None,
         arguments: list[dict[str, Any]] | None = None,
-    ) -> Any:
+    ) -> F | Callable[[F], F]:
+        """Register `fn` as a prompt (`@toolset.prompt` or `@toolset.prompt(name=...)`)."""
+
         def register(func: F) -> F:
             prompt_name = name or func.__name__
             desc = description if description is not None else (func.__doc__ or "").strip()
@@ -127,14 +197,14 @@ class Toolset:
 
         return register(fn) if fn is not None else register
 
-    def include(self, *fns: Any) -> Toolset:
+    def include(self, *fns: Callable[..., Any]) -> Toolset:
         """Register functions marked with the module-level `agentd.tool` / `agentd.prompt`."""
         for fn in fns:
-            spec = getattr(fn, "__agentd_tool__", None)
+            spec = getattr(fn, _TOOL_MARK, None)
             if spec is not None:
                 self.tool(fn, **spec)
                 continue
-            spec = getattr(fn, "__agentd_prompt__", None)
+            spec = getattr(fn, _PROMPT_MARK, None)
             if spec is None:
                 raise ValueError(f"{fn!r} is not marked with @agentd.tool or @agentd.prompt")
             self.prompt(fn, **spec)
@@ -169,7 +239,7 @@ class Toolset:
 
     async def handle(
         self,
-        envelope: Any,
+        envelope: object,
         *,
         session_id: str | None = None,
         context: CallContext | None = None,
@@ -300,7 +370,7 @@ class Toolset:
         return result
 
 
-def tool_result(value: Any) -> dict[str, Any]:
+def tool_result(value: object) -> dict[str, Any]:
     """str → text; dict (or pydantic model) → JSON text and structuredContent; None → no content."""
     if isinstance(value, pydantic.BaseModel):
         value = value.model_dump(mode="json")
@@ -319,11 +389,13 @@ def tool_error(message: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": message}], "isError": True}
 
 
-def _id_of(envelope: Any) -> Any:
+def _id_of(envelope: object) -> JSONValue:
     return envelope.get("id") if isinstance(envelope, dict) else None
 
 
-def _context_for(context: CallContext | None, params: Any, session_id: str | None) -> CallContext:
+def _context_for(
+    context: CallContext | None, params: object, session_id: str | None
+) -> CallContext:
     base = context or CallContext()
     meta = params.get("_meta") if isinstance(params, dict) else None
     key = meta.get(IDEMPOTENCY_META_KEY) if isinstance(meta, dict) else None
@@ -335,21 +407,29 @@ def _context_for(context: CallContext | None, params: Any, session_id: str | Non
     )
 
 
-def tool(fn: F | None = None, **options: Any) -> Any:
+@overload
+def tool(fn: F, **options: Unpack[ToolOptions]) -> F: ...
+@overload
+def tool(fn: None = None, **options: Unpack[ToolOptions]) -> Callable[[F], F]: ...
+def tool(fn: F | None = None, **options: Unpack[ToolOptions]) -> F | Callable[[F], F]:
     """Mark a function as a tool for `Toolset.include` (options as for `Toolset.tool`)."""
 
     def mark(func: F) -> F:
-        func.__agentd_tool__ = options  # type: ignore[attr-defined]
+        setattr(func, _TOOL_MARK, options)
         return func
 
     return mark(fn) if fn is not None else mark
 
 
-def prompt(fn: F | None = None, **options: Any) -> Any:
-    """Mark a function as a prompt for `Toolset.include`."""
+@overload
+def prompt(fn: F, **options: Unpack[PromptOptions]) -> F: ...
+@overload
+def prompt(fn: None = None, **options: Unpack[PromptOptions]) -> Callable[[F], F]: ...
+def prompt(fn: F | None = None, **options: Unpack[PromptOptions]) -> F | Callable[[F], F]:
+    """Mark a function as a prompt for `Toolset.include` (options as for `Toolset.prompt`)."""
 
     def mark(func: F) -> F:
-        func.__agentd_prompt__ = options  # type: ignore[attr-defined]
+        setattr(func, _PROMPT_MARK, options)
         return func
 
     return mark(fn) if fn is not None else mark

@@ -28,5 +28,6 @@ def transport_for(config: McpServerConfig, *, http: httpx.AsyncClient | None = N
             config.command, env=config.env, cwd=config.cwd, timeout=config.timeout
         )
     if config.toolset is not None:
-        return config.toolset  # type: ignore[no-any-return]  # a Toolset is its own transport
-    return config.transport  # type: ignore[no-any-return]
+        return config.toolset  # a Toolset is its own transport
+    assert config.transport is not None  # exactly one of the four (McpServerConfig)
+    return config.transport

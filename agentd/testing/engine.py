@@ -6,13 +6,15 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from agentd.db.pool import Pool
 from agentd.engine.service import Engine
 from agentd.pipeline.stacks import Stacks
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
+
+T = TypeVar("T")
 
 FAST = dict(
     heartbeat_interval=0.2,
@@ -69,11 +71,11 @@ async def running_engine(
 
 
 async def eventually(
-    check: Callable[[], Awaitable[Any]], *, within: float = 10.0, interval: float = 0.05
-) -> Any:
+    check: Callable[[], Awaitable[T]], *, within: float = 10.0, interval: float = 0.05
+) -> T:
     """Poll `check` until it returns something truthy; fail after `within` seconds."""
     deadline = time.monotonic() + within
-    last: Any = None
+    last: T | None = None
     while True:
         last = await check()
         if last:

@@ -13,7 +13,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from agentd.db.pool import Connection
+from agentd.db.pool import Connection, Record
 from agentd.states import TERMINAL, ApprovalStatus, JobQueue, LoopStatus, ToolCallStatus
 from agentd.store import jobs, loops, mcp, messages, tool_calls
 from agentd.store.models import Loop, Message, ToolCall
@@ -61,8 +61,9 @@ async def _at(conn: Connection, seconds: float | None) -> datetime | None:
 
 
 async def _force(
-    conn: Connection, table: str, allowed: set[str], key: Any, values: dict[str, Any]
-) -> Any:
+    conn: Connection, table: str, allowed: set[str], key: uuid.UUID | int, values: dict[str, Any]
+) -> Record:
+    """Row `key` of `table` (one this module just wrote) with `values` forced onto it."""
     unknown = set(values) - allowed
     if unknown:
         raise ValueError(f"factories cannot set {sorted(unknown)} on {table}")

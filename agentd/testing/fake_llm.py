@@ -34,6 +34,8 @@ from typing import Any
 
 import h11
 
+from agentd.json_types import JSONValue
+
 
 @dataclass
 class ToolCall:
@@ -94,7 +96,7 @@ class RecordedRequest:
     dialect: str
     path: str
     headers: dict[str, str]
-    json: Any
+    json: JSONValue
     stream: bool
     at: float = field(default_factory=time.monotonic)  # when it arrived (time.monotonic)
     done_at: float | None = None  # when its response ended (or the client left)
@@ -107,7 +109,7 @@ class _ClientGone(Exception):
 _GEMINI_PATH = re.compile(r"/v1beta/models/([^/:]+):(generateContent|streamGenerateContent)$")
 
 
-def _text_of(content: Any) -> str:
+def _text_of(content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -122,7 +124,7 @@ def _text_of(content: Any) -> str:
     return "" if content is None else json.dumps(content)
 
 
-def last_message(dialect: str, body: Any) -> LastMessage:
+def last_message(dialect: str, body: object) -> LastMessage:
     """The last message of a request body, in dialect-neutral terms."""
     if not isinstance(body, dict):
         return LastMessage("user", "")
@@ -191,7 +193,7 @@ def _signature(reply: Reply) -> str | None:
 # --- wire rendering: each returns (non-stream JSON body, list of SSE events) ----------------
 
 
-def _sse(data: Any, event: str | None = None) -> bytes:
+def _sse(data: object, event: str | None = None) -> bytes:
     payload = data if isinstance(data, str) else json.dumps(data)
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {payload}\n\n".encode()
@@ -461,7 +463,7 @@ class _Conn:
         self.eof: asyncio.Future[bytes] | None = None
         self.pending = b""
 
-    async def send(self, event: Any) -> None:
+    async def send(self, event: h11.Event) -> None:
         data = self.h11.send(event)
         if data:
             if self.writer.is_closing():

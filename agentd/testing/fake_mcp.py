@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Literal
 
+from agentd.json_types import JSONValue
 from agentd.mcp import jsonrpc
 from agentd.mcp.port import IDEMPOTENCY_META_KEY, CallContext
 from agentd.mcp.toolset import Toolset
@@ -65,7 +66,7 @@ class RecordedRequest:
     http_method: str
     path: str
     headers: dict[str, str]  # lower-case names
-    body: Any
+    body: JSONValue  # the parsed JSON, or the raw text when it was not JSON
     session_id: str | None
 
     @property
@@ -182,7 +183,7 @@ class FakeMcpServer:
             headers[name.strip().lower()] = value.strip()
         data = await reader.readexactly(int(headers.get("content-length", "0") or 0))
         try:
-            body: Any = json.loads(data) if data else None
+            body: JSONValue = json.loads(data) if data else None
         except ValueError:
             body = data.decode("utf-8", errors="replace")
         session_id = headers.get("mcp-session-id")
@@ -207,7 +208,9 @@ class FakeMcpServer:
             return await _write(writer, 401)
         return await self._post(writer, body, session_id)
 
-    async def _post(self, writer: asyncio.StreamWriter, body: Any, session_id: str | None) -> bool:
+    async def _post(
+        self, writer: asyncio.StreamWriter, body: object, session_id: str | None
+    ) -> bool:
         if not isinstance(body, dict):
             code = jsonrpc.PARSE_ERROR if isinstance(body, str) else jsonrpc.INVALID_REQUEST
             return await _write_json(
@@ -294,7 +297,10 @@ async def _write(
 
 
 async def _write_json(
-    writer: asyncio.StreamWriter, status: int, body: Any, headers: dict[str, str] | None = None
+    writer: asyncio.StreamWriter,
+    status: int,
+    body: JSONValue,
+    headers: dict[str, str] | None = None,
 ) -> bool:
     content = jsonrpc.dumps(body).encode() if body is not None else b""
     code = 202 if body is None else status

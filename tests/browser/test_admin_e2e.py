@@ -21,8 +21,8 @@ import pytest
 from fastapi import FastAPI
 
 import agentd.admin
-from agentd.api.app import create_app
 from agentd.api.state import AppState
+from agentd.app import create_app
 from agentd.db.pool import Pool
 from agentd.testing import agents
 from agentd.testing.engine import eventually, fast_settings, running_engine

@@ -12,8 +12,8 @@ import httpx
 from fastapi import FastAPI
 
 import agentd.admin
-from agentd.api.app import create_app
 from agentd.api.state import AppState
+from agentd.app import create_app
 
 TOKEN = "operator-token-for-admin-tests"
 READ_TOKEN = "read-only-token-for-admin-tests"

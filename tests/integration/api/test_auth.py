@@ -8,8 +8,8 @@ import pytest
 from fastapi import FastAPI
 from starlette.routing import Mount, Route
 
-from agentd.api.app import create_app
 from agentd.api.state import AppState
+from agentd.app import create_app
 
 PUBLIC = {"/healthz", "/readyz"}
 # The admin login form and its static assets are reachable without a token by design.

@@ -14,9 +14,9 @@ import pytest
 import structlog
 from fastapi import FastAPI
 
-from agentd.api.app import create_app
 from agentd.api.problems import Outages
 from agentd.api.state import AppState
+from agentd.app import create_app
 from agentd.db import pool as dbpool
 from agentd.errors import DatabaseUnavailable
 from agentd.registry import AgentRegistry

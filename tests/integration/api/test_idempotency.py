@@ -5,8 +5,8 @@ from datetime import timedelta
 
 import httpx
 
-from agentd.api.app import create_app
 from agentd.api.state import AppState
+from agentd.app import create_app
 from agentd.db.pool import Pool
 from agentd.engine.janitor import Janitor
 from agentd.registry import AgentRegistry

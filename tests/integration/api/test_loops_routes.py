@@ -5,8 +5,8 @@ import uuid
 import httpx
 import pytest
 
-from agentd.api.app import create_app
 from agentd.api.state import AppState
+from agentd.app import create_app
 from agentd.db.pool import Pool
 from agentd.registry import AgentRegistry
 from agentd.testing.engine import eventually, running_engine

@@ -5,8 +5,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from agentd.api.app import create_app
 from agentd.api.state import AppState
+from agentd.app import create_app
 from agentd.db.pool import Pool
 from agentd.testing import agents
 from agentd.testing.engine import fast_settings

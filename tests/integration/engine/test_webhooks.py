@@ -5,8 +5,8 @@ import uuid
 import httpx
 import pytest
 
-from agentd.api.app import create_app
 from agentd.api.state import AppState
+from agentd.app import create_app
 from agentd.db.pool import Pool, connection
 from agentd.engine.webhooks import WebhookDeliverer
 from agentd.errors import ConfigError

@@ -19,8 +19,8 @@ from fastapi.routing import APIRoute
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentd.api.app import create_app
 from agentd.api.state import AppState
+from agentd.app import create_app
 from agentd.db import pool as dbpool
 from agentd.testing import agents
 from agentd.testing.engine import fast_settings

@@ -20,8 +20,8 @@ import pytest
 from fastapi import FastAPI, routing
 from pydantic import BaseModel
 
-from agentd.api.app import create_app
 from agentd.api.state import AppState
+from agentd.app import create_app
 from agentd.db.pool import Pool, connection, transaction
 from agentd.testing import agents, factories
 from agentd.testing.agents import CALLS

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from agentd.api.app import create_app
 from agentd.api.state import AppState
+from agentd.app import create_app
 from agentd.db.pool import Pool, connection
 from agentd.registry import AgentRegistry
 from agentd.store import providers

@@ -9,8 +9,8 @@ from fastapi import FastAPI
 from long_loops_kit import TOKEN, BudgetAgent, CompactingAgent
 
 import agentd.admin
-from agentd.api.app import create_app
 from agentd.api.state import AppState
+from agentd.app import create_app
 from agentd.db.pool import Pool
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings

@@ -41,7 +41,7 @@ MOUNTS = {
 
 
 def build_app(pool: Pool, **overrides: Any) -> FastAPI:
-    """A tiny FastAPI app mounted exactly as `agentd.api.app.create_app` mounts MCP servers."""
+    """A tiny FastAPI app mounted exactly as `agentd.api.app.create_api` mounts MCP servers."""
     settings = Settings(mcp_servers=MOUNTS, **overrides)
     app = FastAPI()
     state = SimpleNamespace(settings=settings, pool=pool)

@@ -6,8 +6,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from agentd.api.app import create_app
 from agentd.api.state import AppState
+from agentd.app import create_app
 from agentd.db.pool import Pool
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings

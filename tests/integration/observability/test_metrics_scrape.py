@@ -7,9 +7,9 @@ import httpx
 from observability_kit import Scrape
 
 from agentd.api import probes
-from agentd.api.app import create_app
 from agentd.api.serve import HttpServer
 from agentd.api.state import AppState
+from agentd.app import create_app
 from agentd.db.pool import Pool, connection
 from agentd.engine.reaper import Reaper
 from agentd.engine.service import Engine

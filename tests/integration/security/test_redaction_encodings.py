@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentd import redact
-from agentd.api.app import create_app
 from agentd.api.state import AppState
+from agentd.app import create_app
 from agentd.db.pool import Pool, connection, transaction
 from agentd.engine.lifecycle import Lifecycle
 from agentd.registry import AgentRegistry, agent_from_config

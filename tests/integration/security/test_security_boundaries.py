@@ -18,8 +18,8 @@ from fastapi import FastAPI
 from starlette.routing import Mount, Route
 
 from agentd.api import auth as api_auth
-from agentd.api.app import create_app
 from agentd.api.state import AppState
+from agentd.app import create_app
 from agentd.db.pool import Pool, connection
 from agentd.mcp import mounts
 from agentd.mcp.toolset import Toolset

@@ -19,8 +19,8 @@ import pytest
 import structlog
 
 from agentd import logs
-from agentd.api.app import create_app
 from agentd.api.state import AppState
+from agentd.app import create_app
 from agentd.db.pool import Pool, connection
 from agentd.engine.lifecycle import Lifecycle
 from agentd.registry import AgentRegistry, agent_from_config
