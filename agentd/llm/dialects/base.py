@@ -22,8 +22,9 @@ class Rendered:
     payload: dict[str, Any]
     reasoning_carried: dict[str, Any] = field(default_factory=dict)
     # id() of a conversation element of `payload` -> its JSON text (body.encode reuses it);
-    # every id is of an object the payload holds, so none can be a recycled one.
-    elements: dict[int, str] = field(default_factory=dict)
+    # every id is of an object the payload holds, so none can be a recycled one. Its
+    # `joined`, when set, is the text of the whole conversation list (a Prefix's).
+    elements: body.Elements = field(default_factory=body.Elements)
 
 
 class StreamParser(Protocol):
@@ -113,7 +114,7 @@ def render_memo(
     key: Any,
     render: Callable[[], tuple[dict[str, Any], T]],
     elements: dict[int, str],
-) -> tuple[dict[str, Any], T]:
+) -> tuple[dict[str, Any], T, str | None]:
     """`render()` of `message` — (its element of the payload, what else the dialect needs
     from it) — memoized on the message under `key` (the dialect and its options), with the
     element's JSON text recorded in `elements` for body.encode. The element is shared by
@@ -130,7 +131,55 @@ def render_memo(
         message.wire[key] = hit
     if hit[3] is not None:
         elements[id(hit[1])] = hit[3]
-    return hit[1], hit[2]
+    return hit[1], hit[2], hit[3]
+
+
+# A Message marked shared (`share`) is one its maker reuses, unchanged, in every later
+# prompt that shows it: pipeline/llm/prompt.py's, for a loop's rows. It is never mutated in
+# place (a change replaces it), so a request whose messages start with the very messages
+# of an earlier one can reuse that one's rendering whole instead of checking each.
+SHARED = "agentd.shared"
+PREFIX_WALK = 16  # how far back from a request's end its predecessor's last message is looked for
+
+
+def share(message: Message) -> Message:
+    message.wire[SHARED] = True
+    return message
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """A rendered request's conversation, kept on its last message (under the dialect's
+    key): the elements of the payload's conversation list, their JSON text joined, and the
+    dialect's fold state after them (e.g. the reasoning tally)."""
+
+    messages: list[Message]
+    elements: list[Any]
+    joined: str | None  # ",".join of the elements' JSON (None: one is not encodable)
+    state: Any
+
+
+def resume(messages: list[Message], key: Any) -> Prefix | None:
+    """The Prefix of an earlier request whose messages `messages` starts with (the same
+    shared messages, or equal ones), else None. O(the messages after it) but for the one
+    list comparison, which for the same objects is an identity check per element in C."""
+    stop = max(-1, len(messages) - 1 - PREFIX_WALK)
+    for i in range(len(messages) - 1, stop, -1):
+        p = messages[i].wire.get((SHARED, key))
+        if p is not None and len(p.messages) == i + 1 and messages[: i + 1] == p.messages:
+            return p  # type: ignore[no-any-return]
+    return None
+
+
+def keep(messages: list[Message], key: Any, prefix: Prefix, found: Prefix | None) -> None:
+    """Hold `prefix` on the request's last message if every message is shared (those of
+    `found`, the Prefix it extended, were); drop `found` (one Prefix per conversation)."""
+    n = len(found.messages) if found is not None else 0
+    if not messages or not all(m.wire.get(SHARED) for m in messages[n:]):
+        return
+    if found is not None and found.messages:
+        found.messages[-1].wire.pop((SHARED, key), None)
+    messages[-1].wire[(SHARED, key)] = prefix
 
 
 def new_call_id() -> str:
