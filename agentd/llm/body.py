@@ -150,7 +150,7 @@ def split(b: Body, known_prefix: list[str] | None = None) -> tuple[list[str], in
         if b.text.startswith(prefix):
             _, tail = frame(b.payload, key)
             out = [*known_prefix, *(element(v, i == 0) for i, v in enumerate(items[n:], n)), tail]
-            if sum(map(len, out)) == len(b.text) and "".join(out) == b.text:
+            if "".join(out) == b.text:
                 return out, len(known_prefix)
     head, tail = frame(b.payload, key)
     out = [head, *(element(v, i == 0) for i, v in enumerate(items)), tail]

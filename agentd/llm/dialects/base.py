@@ -155,7 +155,8 @@ class Prefix:
 
     messages: list[Message]
     elements: list[Any]
-    joined: str | None  # ",".join of the elements' JSON (None: one is not encodable)
+    closed: int  # the first `closed` elements are final (a merging dialect's last is open)
+    joined: str | None  # ",".join of their JSON text (None: one is not encodable)
     state: Any
 
 
@@ -169,6 +170,53 @@ def resume(messages: list[Message], key: Any) -> Prefix | None:
         if p is not None and len(p.messages) == i + 1 and messages[: i + 1] == p.messages:
             return p  # type: ignore[no-any-return]
     return None
+
+
+def join(joined: str, texts: list[str]) -> str:
+    """`joined` (texts already joined with ",") and more texts, joined with ","."""
+    if not texts:
+        return joined
+    return ",".join([joined, *texts]) if joined else ",".join(texts)
+
+
+def reopen(messages: list[Message], key: Any, inner: str) -> tuple[Prefix | None, list[Any]]:
+    """For a dialect whose consecutive same-role messages merge into one element (its
+    `inner` list extended): the Prefix `messages` extends, and its elements with the last
+    one copied, so that extending it leaves the Prefix's (and earlier payloads') alone."""
+    found = resume(messages, key)
+    if found is None:
+        return None, []
+    out = list(found.elements)
+    if out:
+        out[-1] = {**out[-1], inner: list(out[-1][inner])}
+    return found, out
+
+
+def close(
+    messages: list[Message],
+    key: Any,
+    out: list[Any],
+    found: Prefix | None,
+    state: Any,
+    elements: body.Elements,
+) -> None:
+    """After a merging dialect folded `messages` into `out` (from `reopen`): the whole
+    list's text for body.encode, and the Prefix a later request resumes (all but the last
+    element closed)."""
+    n = found.closed if found is not None else 0
+    joined = found.joined if found is not None else ""
+    texts: list[str] = []
+    if joined is not None:
+        try:
+            texts = [body.dumps(e) for e in out[n:]]
+        except ValueError:  # not encodable (NaN): the whole body's encode says so
+            joined = None
+    closed = max(n, len(out) - 1)
+    if joined is not None:
+        stable = join(joined, texts[: closed - n])
+        elements.joined = (out, list(out), join(stable, texts[closed - n :]))
+        joined = stable
+    keep(messages, key, Prefix(list(messages), list(out), closed, joined, state), found)
 
 
 def keep(messages: list[Message], key: Any, prefix: Prefix, found: Prefix | None) -> None:

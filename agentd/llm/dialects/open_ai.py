@@ -14,6 +14,7 @@ from agentd.llm.dialects.base import (
     Rendered,
     dump_arguments,
     expect,
+    join,
     join_url,
     keep,
     load_json,
@@ -65,10 +66,10 @@ def _messages(
         else:
             texts.append(text)
     if joined is not None:
-        joined = ",".join([joined, *texts]) if joined and texts else joined or ",".join(texts)
+        joined = join(joined, texts)
         elements.joined = (out, list(out), joined)
     state = (tally.messages, tally.chars, tally.inline_chars)
-    keep(messages, key, Prefix(list(messages), list(out), joined, state), found)
+    keep(messages, key, Prefix(list(messages), list(out), len(out), joined, state), found)
     return out, tally
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib
 import json
 import math
 import random
 from typing import Any
+
+import pytest
 
 from agentd.llm import body, merge
 from agentd.llm.dialects import base, get_dialect
@@ -32,6 +35,7 @@ def sent(
     messages: list[Message],
     strategies: list[str] | None = None,
     params: dict[str, object] | None = None,
+    dialect: str = "open_ai",
 ) -> str:
     request = LLMRequest(
         provider=P,
@@ -40,7 +44,7 @@ def sent(
         reasoning_strategies=strategies,
         llm_params=dict(params or {}),
     )
-    r = get_dialect("open_ai").render(request)
+    r = get_dialect(dialect).render(request)
     payload = merge.deep_merge(r.payload, request.llm_params)
     text = body.encode(payload, r.elements).text
     assert text == body.dumps(payload)  # the reused pieces make the same bytes
@@ -186,10 +190,12 @@ def test_an_unshared_message_after_a_shared_prefix_is_rendered_but_not_kept() ->
     assert not any(isinstance(v, base.Prefix) for v in loose.wire.values())
 
 
-def test_random_shared_histories_always_send_what_a_fresh_render_sends() -> None:
+@pytest.mark.parametrize("dialect", ["open_ai", "anthropic", "gemini"])
+def test_random_shared_histories_always_send_what_a_fresh_render_sends(dialect: str) -> None:
     """Extend, regenerate (drop the newest), replace a message, fork (two branches of one
     prefix), switch reasoning strategies and llm_params: every request's bytes are those of
-    a fresh render and a full encode."""
+    a fresh render and a full encode (anthropic and gemini merge consecutive same-role
+    messages, so the last element of a Prefix is extended by the next request's first)."""
     rng = random.Random(20261202)
     branches = [shared([Message("system", "be brief"), Message("user", "go")])]
     for i in range(400):
@@ -207,13 +213,44 @@ def test_random_shared_histories_always_send_what_a_fresh_render_sends() -> None
         branches[b] = msgs
         strategies = rng.choice([None, None, [":xml"], [":drop"]])
         params = {"temperature": 0.5} if rng.random() < 0.2 else None
-        assert sent(msgs, strategies, params) == fresh_with(msgs, strategies, params), i
+        got = sent(msgs, strategies, params, dialect)
+        assert got == sent(unmemoized(msgs), strategies, params, dialect), i
+        if rng.random() < 0.1:  # the same request again
+            assert sent(msgs, strategies, params, dialect) == got
 
 
-def fresh_with(
-    messages: list[Message], strategies: list[str] | None, params: dict[str, object] | None
-) -> str:
-    return sent(unmemoized(messages), strategies, params)
+@pytest.mark.parametrize(
+    ("dialect", "builder"),
+    [("anthropic", "_assistant_blocks"), ("gemini", "_model_parts")],
+)
+def test_merging_dialects_fold_only_the_new_messages(
+    dialect: str, builder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = importlib.import_module(f"agentd.llm.dialects.{dialect}")
+    built: list[Message] = []
+    original = getattr(module, builder)
+
+    def counting(message: Message, carry: Any) -> Any:
+        built.append(message)
+        return original(message, carry)
+
+    monkeypatch.setattr(module, builder, counting)
+    messages = shared(convo())
+    sent(messages, dialect=dialect)
+    for i in range(20):
+        built.clear()
+        call = ToolCallRequest(id=f"k{i}", name="add", arguments={"a": i})
+        new = shared(
+            [
+                Message("assistant", f"a{i}", tool_calls=[call]),
+                Message("tool", f"r{i}", tool_call_id=f"k{i}", name="add"),
+                Message("tool", f"again {i}", tool_call_id=f"k{i}", name="add"),  # merges
+            ]
+        )
+        messages = [*messages, *new]
+        got = sent(messages, dialect=dialect)
+        assert built == new[:1]
+        assert got == sent(unmemoized(messages), dialect=dialect)
 
 
 def test_the_joined_text_is_used_only_for_the_very_list_and_elements_it_was_built_for() -> None:
@@ -229,3 +266,12 @@ def test_the_joined_text_is_used_only_for_the_very_list_and_elements_it_was_buil
     assert body.encode(r.payload, r.elements).text == body.dumps(r.payload)
     other = {**r.payload, "messages": list(items)}  # another list (deep_merge replaced it)
     assert body.encode(other, r.elements).text == body.dumps(other)
+
+
+@pytest.mark.parametrize("dialect", ["anthropic", "gemini"])  # open_ai sends arguments as text
+def test_a_shared_message_that_cannot_be_encoded_still_fails_every_encode(dialect: str) -> None:
+    bad = ToolCallRequest(id="n", name="add", arguments={"a": math.nan})
+    messages = shared([Message("user", "q"), Message("assistant", None, tool_calls=[bad])])
+    for extra in ([], shared([Message("tool", "r", tool_call_id="n", name="add")])):
+        with pytest.raises(ValueError):
+            sent([*messages, *extra], dialect=dialect)
