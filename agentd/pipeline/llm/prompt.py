@@ -55,12 +55,18 @@ def history(
     *,
     memo: transcript.Rendered | None = None,
 ) -> list[Message]:
+    summary, current = prompt_rows(rows, memo)
+    return render(system_prompt, summary, current, calls, memo=memo)
+
+
+def prompt_rows(
+    rows: list[MessageRow], memo: transcript.Rendered | None = None
+) -> tuple[MessageRow | None, list[MessageRow]]:
+    """transcript.prompt_rows(rows), or what the history cache found for this very list."""
     split = memo.split if isinstance(memo, transcript.Rendered) else None
     if split is not None and split[0] is rows and split[1] == len(rows):
-        summary, current = split[2], split[3]  # the history cache filtered this very list
-    else:
-        summary, current = transcript.prompt_rows(rows)
-    return render(system_prompt, summary, current, calls, memo=memo)
+        return split[2], split[3]
+    return transcript.prompt_rows(rows)
 
 
 @dataclass(frozen=True)
