@@ -139,7 +139,6 @@ def render_memo(
 # place (a change replaces it), so a request whose messages start with the very messages
 # of an earlier one can reuse that one's rendering whole instead of checking each.
 SHARED = "agentd.shared"
-PREFIX_WALK = 16  # how far back from a request's end its predecessor's last message is looked for
 
 
 def share(message: Message) -> Message:
@@ -149,7 +148,7 @@ def share(message: Message) -> Message:
 
 @dataclass(frozen=True)
 class Prefix:
-    """A rendered request's conversation, kept on its last message (under the dialect's
+    """A rendered request's conversation, kept on its first message (under the dialect's
     key): the elements of the payload's conversation list, their JSON text joined, and the
     dialect's fold state after them (e.g. the reasoning tally)."""
 
@@ -162,14 +161,12 @@ class Prefix:
 
 def resume(messages: list[Message], key: Any) -> Prefix | None:
     """The Prefix of an earlier request whose messages `messages` starts with (the same
-    shared messages, or equal ones), else None. O(the messages after it) but for the one
-    list comparison, which for the same objects is an identity check per element in C."""
-    stop = max(-1, len(messages) - 1 - PREFIX_WALK)
-    for i in range(len(messages) - 1, stop, -1):
-        p = messages[i].wire.get((SHARED, key))
-        if p is not None and len(p.messages) == i + 1 and messages[: i + 1] == p.messages:
-            return p  # type: ignore[no-any-return]
-    return None
+    shared messages, or equal ones), else None. O(1) but for the one list comparison,
+    which for the same objects is an identity check per element in C."""
+    p: Prefix | None = messages[0].wire.get((SHARED, key)) if messages else None
+    if p is None or len(p.messages) > len(messages):
+        return None
+    return p if messages[: len(p.messages)] == p.messages else None
 
 
 def join(joined: str, texts: list[str]) -> str:
@@ -220,14 +217,11 @@ def close(
 
 
 def keep(messages: list[Message], key: Any, prefix: Prefix, found: Prefix | None) -> None:
-    """Hold `prefix` on the request's last message if every message is shared (those of
-    `found`, the Prefix it extended, were); drop `found` (one Prefix per conversation)."""
+    """Hold `prefix` on the request's first message (replacing the one it extended, or
+    any other: one per conversation) if every message is shared (those of `found` were)."""
     n = len(found.messages) if found is not None else 0
-    if not messages or not all(m.wire.get(SHARED) for m in messages[n:]):
-        return
-    if found is not None and found.messages:
-        found.messages[-1].wire.pop((SHARED, key), None)
-    messages[-1].wire[(SHARED, key)] = prefix
+    if messages and all(m.wire.get(SHARED) for m in messages[n:]):
+        messages[0].wire[(SHARED, key)] = prefix
 
 
 def new_call_id() -> str:

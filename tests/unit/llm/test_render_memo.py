@@ -165,9 +165,16 @@ def test_an_extending_request_renders_only_its_new_messages(monkeypatch: Any) ->
         got = sent(messages)
         assert rendered == new and snapshots == 2  # nothing earlier checked one by one
         assert got == fresh(messages)
-    # One Prefix per conversation: the earlier ones were dropped as it grew.
+    # One Prefix per conversation, on its first message: the latest.
     held = [m for m in messages if any(isinstance(v, base.Prefix) for v in m.wire.values())]
-    assert held == [messages[-1]]
+    assert held == [messages[0]]
+    (prefix,) = [v for v in messages[0].wire.values() if isinstance(v, base.Prefix)]
+    assert prefix.messages == messages
+    # However many messages a request adds, it resumes (no search back from its end).
+    rendered.clear()
+    many = shared([Message("user", f"m{i}") for i in range(100)])
+    messages = [*messages, *many]
+    assert sent(messages) == fresh(messages) and rendered[:100] == many
 
 
 def test_unshared_messages_are_checked_one_by_one_and_start_no_prefix() -> None:
