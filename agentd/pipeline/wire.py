@@ -43,6 +43,9 @@ class _Known:
     safe: dict[str, str]  # key -> stored text, for the pieces that had to be redacted
     at: float
     where: dict[str, int]  # each key of `pieces` -> its first index there
+    # SHA-256 state over the bytes of all pieces but the tail (None: redacted), so a body
+    # that starts with them hashes only its newer bytes.
+    digest: Any = None
 
 
 _known: collections.OrderedDict[uuid.UUID, _Known] = collections.OrderedDict()
@@ -169,16 +172,26 @@ def encode(
     )
     mkey = key_of(manifest)
     parts[mkey] = manifest
+    digest = None
     if redacted:
         # A rebuild cannot match what was sent, so the hash is of the stored (redacted)
         # text: a hash of the text around a secret would let anyone test guesses of it.
         data = "".join(safe_of.get(k, t) for t, k in zip(texts, keys, strict=True)).encode()
+        sha = hashlib.sha256(data).hexdigest()
     else:
-        data = b.data
+        # Of b.data, as the pieces concatenate to it: the hint's state, then what is new.
+        if same and hint is not None and hint.digest is not None:
+            h = hint.digest.copy()
+            h.update("".join(texts[same:-1]).encode())
+        else:
+            h = hashlib.sha256("".join(texts[:-1]).encode())
+        digest = h.copy()
+        h.update(texts[-1].encode())
+        sha = h.hexdigest()
     ref = {
         "v": 1,
         "manifest": mkey,
-        "sha256": hashlib.sha256(data).hexdigest(),
+        "sha256": sha,
         "bytes": len(b.data),
         "redacted": redacted,
     }
@@ -199,6 +212,7 @@ def encode(
         safe=safe_of,
         at=time.monotonic(),
         where=where,
+        digest=digest,
     )
 
 

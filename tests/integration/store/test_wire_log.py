@@ -243,6 +243,8 @@ def test_a_request_extending_the_last_is_stored_as_a_piece_by_piece_pass_stores_
             want, want_hint = wire.encode(ex, parts=want_parts, hint=hint)
         fast += split(ex.request_wire, hint.texts[:-1] if hint else None)[1] > 0
         assert got == want and got_parts == want_parts, turn
+        if not got["redacted"]:
+            assert got["sha256"] == hashlib.sha256(ex.request_wire.data).hexdigest()
         for f in ("manifest", "pieces", "texts", "safe", "where"):
             assert getattr(got_hint, f) == getattr(want_hint, f), (turn, f)
         assert want_hint.sent.items() <= got_hint.sent.items()  # a hint may know more
