@@ -5,6 +5,7 @@ and the rows it reads stay O(new rows) however long the loop is."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import uuid
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from agentd.engine.worker import Worker
 from agentd.llm.dialects import base as dialects
 from agentd.llm.dialects import open_ai
 from agentd.pipeline.llm import prompt
+from agentd.pipeline.llm.network_calling import NetworkCalling
 from agentd.registry import AgentRegistry
 from agentd.store import jobs
 from agentd.store.models import Message as MessageRow
@@ -286,3 +288,49 @@ async def test_a_compacting_agents_chained_prompts_extend_the_last_one(
     sent = [r.json["messages"] for r in fake_llm.requests]
     for before, after in itertools.pairwise(sent):
         assert after[: len(before)] == before and len(after) == len(before) + 2
+
+
+class Shout:
+    """A host middleware before NetworkCalling: builds the prompt as NetworkCalling would
+    (with the worker's memo) and replaces — never edits — the first user message."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, ctx: Any) -> None:
+        rows, calls = await ctx.prompt_inputs()
+        memo = getattr(ctx.prefetch, "rendered", None)
+        history = prompt.history(ctx.agent.system_prompt, rows, calls, memo=memo)
+        i = next(i for i, m in enumerate(history) if m.role == "user")
+        history[i] = dataclasses.replace(history[i], content=f"{history[i].content}!".upper())
+        ctx.history = history
+        await self.app(ctx)
+
+
+class ShoutingAgent(CalcAgent):
+    @classmethod
+    def configure_llm_middlewares(cls, builder: Any) -> None:
+        builder.insert_before(NetworkCalling, Shout)
+
+
+async def test_a_middleware_replacing_a_prompt_message_changes_that_request_only(
+    pool: Pool, database_url: str, registry: AgentRegistry, fake_llm: FakeLLM
+) -> None:
+    """The memo's messages are shared from turn to turn: a middleware that replaces one in
+    its ctx.history sends its version every turn it does so, and the memo and the dialect's
+    rendering of the loop's own messages are untouched by it."""
+    registry.register("shouting", ShoutingAgent)
+    rounds(fake_llm, 10)
+    async with running_engine(pool, database_url, registry) as engine:
+        loop = await engine.lifecycle.start(
+            agent="shouting", message="go", state={"llm": fake_llm.base_url}
+        )
+        await eventually(in_status(pool, loop.id, "completed"), within=60)
+        memo = engine.worker.history.rendered(loop.id)
+    sent = [r.json["messages"] for r in fake_llm.requests]
+    assert len(sent) == 11
+    assert all(m[1] == {"role": "user", "content": "GO!"} for m in sent)
+    for before, after in itertools.pairwise(sent):
+        assert after[: len(before)] == before and len(after) == len(before) + 2
+    assert memo is not None and memo.last is not None
+    assert [m.content for m in memo.last.out if m.role == "user"] == ["go"]
