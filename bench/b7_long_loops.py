@@ -20,7 +20,8 @@ Measured, all from the same run:
   timestamps. Early = rounds 3–7 (≈ 10 messages), late = the last 10 rounds. Target:
   late ÷ early ≤ 2. Beside it, each table's pg_total_relation_size at the end.
 
-`--profile` adds a py-spy top-20 of the worker over the last third of the run.
+`--profile` adds a py-spy top-20 of the worker over the last third of the run
+(`--profile-at 0.02 --profile-seconds 5`: the early rounds instead).
 
     python -m bench.b7_long_loops [--loops 16 --rounds 250 --bytes 64 --concurrency 16]
                                   [--dialect open_ai] [--profile] [--agentd-src DIR]
@@ -258,7 +259,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                             "SELECT count(*) FILTER (WHERE status IN ('queued','running',"
                             "'waiting')), coalesce(min(step_count), 0) FROM loops"
                         )
-                        if prof is None and a.profile and steps >= a.rounds * 2 // 3:
+                        if prof is None and a.profile and steps >= a.rounds * a.profile_at:
                             prof = asyncio.create_task(
                                 asyncio.to_thread(
                                     pyspy_top, worker.pid, a.profile_seconds, RESULTS / "b7-pyspy"
@@ -311,6 +312,9 @@ def main() -> None:
     p.add_argument("--dialect", choices=["open_ai", "anthropic", "gemini"], default="open_ai")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--profile-seconds", type=float, default=20)
+    p.add_argument(
+        "--profile-at", type=float, default=2 / 3, help="start it at this fraction of the rounds"
+    )
     p.add_argument("--env", type=lambda s: dict(kv.split("=", 1) for kv in s.split(",")))
     p.add_argument(
         "--agentd-src",
