@@ -111,29 +111,26 @@ class HistoryCache:
     @staticmethod
     def _extend(m: _Merged, token: uuid.UUID) -> Entry | None:
         """The entry merge() started from plus its delta, when the delta adds plain rows
-        (no summary: a compaction changes which rows the prompt shows)."""
+        the prompt shows (not a summary: a compaction changes which rows it shows; not a
+        hidden or superseded row, which a delta read never returns): else None, and
+        record() filters every row as for a full read."""
         e = m.entry
-        new: list[Message] = []
         last = e.last_id
         for r in m.delta:
-            if r.id <= last:  # out of order: not a delta of this entry
+            if r.id <= last or r.hidden or r.summary_through or r.superseded_at is not None:
                 return None
             last = r.id
-            if r.summary_through is not None:
-                return None
-            if not r.hidden and r.superseded_at is None:
-                new.append(r)
         # Calls stay held while their row is (merge() kept the held ones, and a delta
         # brings only the calls of its rows and of the calls its results answer).
         return Entry(
             token=token,
             last_id=last,
-            rows=[*e.rows, *new],
+            rows=[*e.rows, *m.delta],
             calls=m.calls,
             rendered=e.rendered,
             by_id=m.by_id,
             summary=e.summary,
-            current=[*e.current, *new],
+            current=[*e.current, *m.delta],
         )
 
     @staticmethod
