@@ -20,10 +20,11 @@ Measured, all from the same run:
   timestamps. Early = rounds 3–7 (≈ 10 messages), late = the last 10 rounds. Target:
   late ÷ early ≤ 2. Beside it, each table's pg_total_relation_size at the end.
 
-`--profile` adds a py-spy top-20 of the worker over the last third of the run.
+`--profile` adds a py-spy top-20 of the worker over the last third of the run
+(`--profile-at 0.02 --profile-seconds 5`: the early rounds instead).
 
     python -m bench.b7_long_loops [--loops 16 --rounds 250 --bytes 64 --concurrency 16]
-                                  [--profile] [--agentd-src DIR]
+                                  [--dialect open_ai] [--profile] [--agentd-src DIR]
 """
 
 from __future__ import annotations
@@ -50,10 +51,10 @@ EARLY_BYTES = (3, 7)
 LATE_BYTES = 10
 
 
-def toml_agent(llm_url: str, mcp_url: str, rounds: int) -> str:
+def toml_agent(llm_url: str, mcp_url: str, rounds: int, dialect: str = "open_ai") -> str:
     return f"""
 [agents.b7]
-dialect = "open_ai"
+dialect = "{dialect}"
 base_url = "{llm_url}"
 model = "fake-model"
 system_prompt = "b7"
@@ -225,7 +226,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
     mcp = fake_mcp()
     llm_url, mcp_url = f"http://127.0.0.1:{llm.port}", f"http://127.0.0.1:{mcp.port}/mcp"
     config = work / "agentd.toml"
-    config.write_text(toml_agent(llm_url, mcp_url, a.rounds))
+    config.write_text(toml_agent(llm_url, mcp_url, a.rounds, a.dialect))
     token = secrets.token_hex(16)
     port = free_port()
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -258,7 +259,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                             "SELECT count(*) FILTER (WHERE status IN ('queued','running',"
                             "'waiting')), coalesce(min(step_count), 0) FROM loops"
                         )
-                        if prof is None and a.profile and steps >= a.rounds * 2 // 3:
+                        if prof is None and a.profile and steps >= a.rounds * a.profile_at:
                             prof = asyncio.create_task(
                                 asyncio.to_thread(
                                     pyspy_top, worker.pid, a.profile_seconds, RESULTS / "b7-pyspy"
@@ -308,8 +309,12 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=250)
     p.add_argument("--bytes", type=int, default=64, help="size of each answer's tool argument")
     p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--dialect", choices=["open_ai", "anthropic", "gemini"], default="open_ai")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--profile-seconds", type=float, default=20)
+    p.add_argument(
+        "--profile-at", type=float, default=2 / 3, help="start it at this fraction of the rounds"
+    )
     p.add_argument("--env", type=lambda s: dict(kv.split("=", 1) for kv in s.split(",")))
     p.add_argument(
         "--agentd-src",
@@ -323,7 +328,7 @@ def main() -> None:
     res = asyncio.run(run(a))
     txt = table(
         f"B7 long loops: {a.loops} loops x {a.rounds} rounds (LLM + tool), "
-        f"{a.bytes}-byte payloads, concurrency {a.concurrency}",
+        f"{a.bytes}-byte payloads, concurrency {a.concurrency}, {a.dialect}",
         ["", "early", "late", "late ÷ early", "target"],
         [
             [

@@ -32,9 +32,25 @@ MAX_LOOPS = 64  # each holds a transcript: a few chained loops per LLM slot
 class Entry:
     token: uuid.UUID
     last_id: int
+    rows: list[Message]  # [summary?, *current]: what prompt_rows() keeps
+    calls: list[ToolCall]  # == list(by_id.values())
+    rendered: transcript.Rendered  # the loop's rows as prompt messages
+    by_id: dict[int, ToolCall]
+    summary: Message | None
+    current: list[Message]
+
+
+@dataclass(frozen=True)
+class _Merged:
+    """What merge() returned, so that record() of those very lists extends the entry by
+    the delta alone (O(new rows)) instead of filtering every row again."""
+
+    loop_id: uuid.UUID
+    entry: Entry
     rows: list[Message]
     calls: list[ToolCall]
-    rendered: transcript.Rendered  # the loop's rows as prompt messages
+    delta: list[Message]
+    by_id: dict[int, ToolCall]
 
 
 class HistoryCache:
@@ -43,6 +59,7 @@ class HistoryCache:
         self.entries: collections.OrderedDict[uuid.UUID, Entry] = collections.OrderedDict()
         self.hits = 0
         self.misses = 0
+        self._merged: _Merged | None = None
 
     def after(self, loop_id: uuid.UUID, generation: uuid.UUID) -> int | None:
         """The last message id held for the loop if it is valid on `generation`, else None."""
@@ -66,31 +83,79 @@ class HistoryCache:
             self.misses += 1
             return None
         self.hits += 1
-        by_id = {c.id: c for c in e.calls}
+        by_id = dict(e.by_id)
         for c in calls:  # a delta's calls are newer versions of any held ones
             by_id[c.id] = c
-        return [*e.rows, *rows], list(by_id.values())
+        merged = [*e.rows, *rows], list(by_id.values())
+        self._merged = _Merged(loop_id, e, merged[0], merged[1], list(rows), by_id)
+        return merged
 
     def record(
         self, loop_id: uuid.UUID, token: uuid.UUID, rows: list[Message], calls: list[ToolCall]
     ) -> None:
         """Hold what a turn's prompt is built from (only what later prompts can show)."""
+        m, self._merged = self._merged, None
+        old = self.entries.get(loop_id)
+        e = None
+        if m is not None and m.loop_id == loop_id and m.rows is rows and m.calls is calls:
+            e = self._extend(m, token) if old is m.entry else None
+        if e is None:
+            e = self._full(token, rows, calls, old)
+        rows_split = (rows, len(rows), e.summary, e.current)
+        e.rendered.split = rows_split
+        self.entries[loop_id] = e
+        self.entries.move_to_end(loop_id)
+        while len(self.entries) > self.max_loops:
+            self.entries.popitem(last=False)
+
+    @staticmethod
+    def _extend(m: _Merged, token: uuid.UUID) -> Entry | None:
+        """The entry merge() started from plus its delta, when the delta adds plain rows
+        the prompt shows (not a summary: a compaction changes which rows it shows; not a
+        hidden or superseded row, which a delta read never returns): else None, and
+        record() filters every row as for a full read."""
+        e = m.entry
+        last = e.last_id
+        for r in m.delta:
+            if r.id <= last or r.hidden or r.summary_through or r.superseded_at is not None:
+                return None
+            last = r.id
+        # Calls stay held while their row is (merge() kept the held ones, and a delta
+        # brings only the calls of its rows and of the calls its results answer).
+        return Entry(
+            token=token,
+            last_id=last,
+            rows=[*e.rows, *m.delta],
+            calls=m.calls,
+            rendered=e.rendered,
+            by_id=m.by_id,
+            summary=e.summary,
+            current=[*e.current, *m.delta],
+        )
+
+    @staticmethod
+    def _full(
+        token: uuid.UUID, rows: list[Message], calls: list[ToolCall], old: Entry | None
+    ) -> Entry:
         summary, current = transcript.prompt_rows(rows)
         kept = ([summary] if summary is not None else []) + current
         ids = {r.id for r in kept}
         call_ids = {r.tool_call_id for r in kept if r.tool_call_id is not None}
         held = [c for c in calls if c.message_id in ids or c.id in call_ids]
         last = max((r.id for r in rows), default=0)
-        old = self.entries.get(loop_id)
-        memo = old.rendered if old is not None else {}
+        memo = old.rendered if old is not None else transcript.Rendered()
         for stale in memo.keys() - ids:  # rows that left the prompt (compaction)
             del memo[stale]
-        self.entries[loop_id] = Entry(
-            token=token, last_id=last, rows=kept, calls=held, rendered=memo
+        return Entry(
+            token=token,
+            last_id=last,
+            rows=kept,
+            calls=held,
+            rendered=memo,
+            by_id={c.id: c for c in held},
+            summary=summary,
+            current=current,
         )
-        self.entries.move_to_end(loop_id)
-        while len(self.entries) > self.max_loops:
-            self.entries.popitem(last=False)
 
     def drop(self, loop_id: uuid.UUID) -> None:
         self.entries.pop(loop_id, None)

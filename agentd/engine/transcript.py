@@ -10,17 +10,28 @@ Called by: engine.history_cache, pipeline.llm (prompt, Compaction).
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentd.llm.types import Message
 from agentd.store.models import Message as MessageRow
 from agentd.store.models import ToolCall
 
-# row id -> (the row, the tool calls it was rendered with, its Message): what
-# `pipeline/llm/prompt.py::render` built for a row object the caller will pass again
-# (engine/history_cache.py keeps one per loop), so a long loop's prompt re-renders only its
-# new rows. An entry is reused only for the very same row and call objects; the Message is
-# shared, so prompts are read, not mutated in place (middlewares replace ctx.history or its
-# items).
-Rendered = dict[int, tuple[MessageRow, tuple[ToolCall, ...], Message]]
+
+class Rendered(dict[int, tuple[MessageRow, tuple[ToolCall, ...], Message]]):
+    """row id -> (the row, the tool calls it was rendered with, its Message): what
+    `pipeline/llm/prompt.py::render` built for a row object the caller will pass again
+    (engine/history_cache.py keeps one per loop), so a long loop's prompt re-renders only its
+    new rows. An entry is reused only for the very same row and call objects; the Message is
+    shared, so prompts are read, not mutated in place (middlewares replace ctx.history or its
+    items).
+
+    `last`: the whole prompt the memo built last (prompt.py `Last`), so a prompt that extends
+    it is checked and built in O(its new rows) rather than row by row. `split`: the rows
+    list the history cache last held (and its length then), and its prompt_rows():
+    prompt.history reuses it for that very list instead of filtering every row again."""
+
+    last: Any = None
+    split: tuple[list[MessageRow], int, MessageRow | None, list[MessageRow]] | None = None
 
 
 def prompt_rows(rows: list[MessageRow]) -> tuple[MessageRow | None, list[MessageRow]]:

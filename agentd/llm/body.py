@@ -11,9 +11,11 @@ reference to them (docs/long-loops.md).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import json.encoder
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +48,14 @@ def encoder(*, separators: tuple[str, str], allow_nan: bool) -> Callable[[Any], 
 dumps = encoder(separators=(",", ":"), allow_nan=False)  # httpx's request encoding
 
 
+class Elements(dict[int, str]):
+    """id() of a conversation element -> its JSON text (a dialect's render memo). `joined`:
+    (the conversation list, its elements when rendered, all their texts joined with ",")
+    — the whole list's text, used while the list still holds exactly those elements."""
+
+    joined: tuple[list[Any], list[Any], str] | None = None
+
+
 @dataclass(frozen=True)
 class Body:
     """One request body: the exact text sent, and the payload it encodes."""
@@ -53,11 +63,11 @@ class Body:
     text: str
     payload: dict[str, Any]
 
-    @property
-    def data(self) -> bytes:
+    @functools.cached_property
+    def data(self) -> bytes:  # sent, hashed and measured: encoded once
         return self.text.encode()
 
-    @property
+    @functools.cached_property
     def sha256(self) -> str:
         return hashlib.sha256(self.data).hexdigest()
 
@@ -97,13 +107,25 @@ def element(value: Any, first: bool) -> str:
 def encode(payload: dict[str, Any], elements: dict[int, str] | None = None) -> Body:
     """The payload's JSON text. `elements`: the text of conversation elements already
     encoded (by id; a dialect's render memo), reused instead of encoding them again — the
-    same text as dumps(payload), since an object's JSON is its members' JSON joined."""
-    if elements:
+    same text as dumps(payload), since an object's JSON is its members' JSON joined. With
+    `Elements.joined` for the payload's very list, still holding the very same elements
+    (an identity check each, in C), the list's text is that one string."""
+    joined = getattr(elements, "joined", None)
+    if elements or joined is not None:
         key = _list_key(payload)
         if key is not None:
             head, tail = frame(payload, key)
-            items = ",".join([elements.get(id(v)) or dumps(v) for v in payload[key]])
-            return Body(text=head + items + tail, payload=payload)
+            items = payload[key]
+            if (
+                joined is not None
+                and joined[0] is items
+                and len(items) == len(joined[1])
+                and all(map(operator.is_, items, joined[1]))
+            ):
+                return Body(text=head + joined[2] + tail, payload=payload)
+            assert elements is not None
+            text = ",".join([elements.get(id(v)) or dumps(v) for v in items])
+            return Body(text=head + text + tail, payload=payload)
     return Body(text=dumps(payload), payload=payload)
 
 
@@ -113,22 +135,25 @@ def pieces(b: Body, known_prefix: list[str] | None = None) -> list[str]:
 
     `known_prefix`: the head and first elements of an earlier body (its pieces but the
     tail). When this body starts with them, only its newer elements are encoded again."""
+    return split(b, known_prefix)[0]
+
+
+def split(b: Body, known_prefix: list[str] | None = None) -> tuple[list[str], int]:
+    """pieces(), and how many of them are `known_prefix`'s (0: it was not used)."""
     key = b.list_key
     if key is None:
-        return [b.text]
+        return [b.text], 0
     items = b.payload[key]
-    out: list[str] | None = None
     if known_prefix and len(known_prefix) - 1 <= len(items):
         n = len(known_prefix) - 1  # elements in the prefix
         prefix = "".join(known_prefix)
         if b.text.startswith(prefix):
             _, tail = frame(b.payload, key)
             out = [*known_prefix, *(element(v, i == 0) for i, v in enumerate(items[n:], n)), tail]
-            if sum(map(len, out)) != len(b.text) or "".join(out) != b.text:
-                out = None
-    if out is None:
-        head, tail = frame(b.payload, key)
-        out = [head, *(element(v, i == 0) for i, v in enumerate(items)), tail]
-        if "".join(out) != b.text:
-            return [b.text]
-    return out
+            if "".join(out) == b.text:
+                return out, len(known_prefix)
+    head, tail = frame(b.payload, key)
+    out = [head, *(element(v, i == 0) for i, v in enumerate(items)), tail]
+    if "".join(out) != b.text:
+        return [b.text], 0
+    return out, 0

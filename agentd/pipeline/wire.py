@@ -42,6 +42,10 @@ class _Known:
     sent: dict[str, str]  # the text sent of each of its pieces -> its key (no rehashing)
     safe: dict[str, str]  # key -> stored text, for the pieces that had to be redacted
     at: float
+    where: dict[str, int]  # each key of `pieces` -> its first index there
+    # SHA-256 state over the bytes of all pieces but the tail (None: redacted), so a body
+    # that starts with them hashes only its newer bytes.
+    digest: Any = None
 
 
 _known: collections.OrderedDict[uuid.UUID, _Known] = collections.OrderedDict()
@@ -79,20 +83,18 @@ def forget(loop_id: uuid.UUID | None = None) -> None:
         _known.pop(loop_id, None)
 
 
-def _ops(base: list[str], new: list[str]) -> list[Any]:
-    """`new` as ranges [a, b] of `base` and single keys, greedily."""
-    where: dict[str, int] = {}
-    for i, k in enumerate(base):
-        where.setdefault(k, i)
+def _ops(base: list[str], new: list[str], where: dict[str, int], same: int = 0) -> list[Any]:
+    """`new` as ranges [a, b] of `base` and single keys, greedily. `where`: each key of
+    `base` -> its first index; `same`: new[:same] is known to be base[:same]."""
     out: list[Any] = []
     j = 0
     while j < len(new):
-        at = where.get(new[j])
+        at = 0 if j == 0 and same else where.get(new[j])
         if at is None:
             out.append(new[j])
             j += 1
             continue
-        i, n = at, 1
+        i, n = at, (same if j == 0 and same else 1)
         while j + n < len(new) and i + n < len(base) and base[i + n] == new[j + n]:
             n += 1
         out.append([i, i + n])
@@ -100,25 +102,47 @@ def _ops(base: list[str], new: list[str]) -> list[Any]:
     return out
 
 
+def _first_index(keys: list[str]) -> dict[str, int]:
+    where: dict[str, int] = {}
+    for i, k in enumerate(keys):
+        where.setdefault(k, i)
+    return where
+
+
 def encode(
     ex: WireExchange, *, parts: dict[str, str], hint: _Known | None
 ) -> tuple[dict[str, Any], _Known]:
     """`body_ref` for one exchange; adds the parts to store to `parts`. Only the pieces
-    the hint does not know are hashed, redacted and written: O(the turn's new messages)."""
+    the hint does not know are hashed, redacted and written: O(the turn's new messages) —
+    when the body starts with the hint's pieces (a prompt that extends the last one) even
+    the bookkeeping skips them."""
     b: wire_body.Body = ex.request_wire
     redact = ex.request_redact or (lambda v: v)
     base = hint.pieces if hint is not None else []
-    known = hint.sent if hint is not None else {}
-    safe_of = dict(hint.safe) if hint is not None else {}
-    keys: list[str] = []
-    sent: dict[str, str] = {}
+    texts, same = wire_body.split(b, hint.texts[:-1] if hint is not None else None)
+    if hint is not None and same:
+        # texts[:same] are the hint's own pieces: stored, under its keys.
+        keys = base[:same]
+        # Still the text -> key of stored pieces (the old tail's too: a hint, never wrong).
+        known = sent = dict(hint.sent)
+        safe_of = {k: v for k, v in hint.safe.items() if hint.where.get(k, same) < same}
+        base_where = hint.where
+    else:
+        same = 0
+        keys = []
+        known = hint.sent if hint is not None else {}
+        sent = {}
+        safe_of = {}
+        base_where = _first_index(base)
+    redacted = bool(safe_of)
+    stored = dict(hint.safe) if hint is not None else {}
     frame: tuple[str, str] | None = None
     list_key = b.list_key
     items = b.payload.get(list_key) if list_key is not None else None
-    texts = wire_body.pieces(b, hint.texts[:-1] if hint is not None else None)
     last = len(texts) - 1
     whole = len(texts) == 1
-    for i, text in enumerate(texts):
+    for i in range(same, len(texts)):
+        text = texts[i]
         k = known.get(text)
         if k is None:
             if whole or list_key is None:
@@ -132,32 +156,63 @@ def encode(
                 safe = wire_body.element(redact(items[i - 1]), i == 1)
             k = key_of(safe)
             if safe != text:
-                safe_of[k] = safe
+                stored[k] = safe
             parts[k] = safe
+        if k in stored:
+            safe_of[k] = stored[k]
+            redacted = True
         keys.append(k)
         sent[text] = k
     manifest = wire_body.dumps(
-        {"b": hint.manifest if hint is not None else None, "o": _ops(base, keys), "n": len(keys)}
+        {
+            "b": hint.manifest if hint is not None else None,
+            "o": _ops(base, keys, base_where, same),
+            "n": len(keys),
+        }
     )
     mkey = key_of(manifest)
     parts[mkey] = manifest
-    redacted = any(k in safe_of for k in keys)
+    digest = None
     if redacted:
         # A rebuild cannot match what was sent, so the hash is of the stored (redacted)
         # text: a hash of the text around a secret would let anyone test guesses of it.
         data = "".join(safe_of.get(k, t) for t, k in zip(texts, keys, strict=True)).encode()
+        sha = hashlib.sha256(data).hexdigest()
     else:
-        data = b.data
+        # Of b.data, as the pieces concatenate to it: the hint's state, then what is new.
+        if same and hint is not None and hint.digest is not None:
+            h = hint.digest.copy()
+            h.update("".join(texts[same:-1]).encode())
+        else:
+            h = hashlib.sha256("".join(texts[:-1]).encode())
+        digest = h.copy()
+        h.update(texts[-1].encode())
+        sha = h.hexdigest()
     ref = {
         "v": 1,
         "manifest": mkey,
-        "sha256": hashlib.sha256(data).hexdigest(),
+        "sha256": sha,
         "bytes": len(b.data),
         "redacted": redacted,
     }
-    held = {k: safe_of[k] for k in keys if k in safe_of}
+    if same:
+        where = dict(base_where)
+        for k in base[same:]:
+            if where.get(k, -1) >= same:
+                del where[k]
+        for i in range(same, len(keys)):
+            where.setdefault(keys[i], i)
+    else:
+        where = _first_index(keys)
     return ref, _Known(
-        manifest=mkey, pieces=keys, texts=texts, sent=sent, safe=held, at=time.monotonic()
+        manifest=mkey,
+        pieces=keys,
+        texts=texts,
+        sent=sent,
+        safe=safe_of,
+        at=time.monotonic(),
+        where=where,
+        digest=digest,
     )
 
 

@@ -12,15 +12,17 @@ import json
 from typing import Any
 
 from agentd.errors import LLMProtocolError, LLMStatusError
-from agentd.llm import reasoning, sse
+from agentd.llm import body, reasoning, sse
 from agentd.llm.dialects.base import (
     Rendered,
+    close,
     expect,
     join_url,
     load_json,
     new_call_id,
     opt,
     parse_arguments,
+    reopen,
 )
 from agentd.llm.types import (
     LLMRequest,
@@ -143,8 +145,16 @@ class Anthropic:
         strategies = reasoning.normalize(request.reasoning_strategies, NAME)
         tally = reasoning.Tally()
         system: list[str] = []
-        messages: list[dict[str, Any]] = []
-        for m in request.messages:
+        # A request that extends an earlier one (the same shared messages first) folds
+        # only its new messages into that one's elements (base.reopen/close).
+        key = (NAME, tuple(strategies))
+        found, messages = reopen(request.messages, key, "content")
+        start = 0
+        if found is not None:
+            start = len(found.messages)
+            (tally.messages, tally.chars, tally.inline_chars), done = found.state
+            system.extend(done)
+        for m in request.messages[start:]:
             if m.role == "system":
                 system.append(m.content or "")
             elif m.role == "user":
@@ -164,6 +174,9 @@ class Anthropic:
                 blocks = _assistant_blocks(m, carry)
                 if blocks:
                     _append(messages, "assistant", blocks)
+        elements = body.Elements()
+        state = ((tally.messages, tally.chars, tally.inline_chars), tuple(system))
+        close(request.messages, key, messages, found, state, elements)
         payload: dict[str, Any] = {
             "model": request.provider.model,
             "messages": messages,
@@ -185,7 +198,7 @@ class Anthropic:
             elif budget >= request.max_tokens:
                 budget = max(MIN_BUDGET, request.max_tokens - 1)
             payload["thinking"] = {"type": "enabled", "budget_tokens": budget}
-        return Rendered(payload=payload, reasoning_carried=tally.as_dict())
+        return Rendered(payload=payload, reasoning_carried=tally.as_dict(), elements=elements)
 
     def parse(self, body: Any) -> LLMResponse:
         body = expect(body, dict, "response")

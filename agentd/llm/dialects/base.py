@@ -22,8 +22,9 @@ class Rendered:
     payload: dict[str, Any]
     reasoning_carried: dict[str, Any] = field(default_factory=dict)
     # id() of a conversation element of `payload` -> its JSON text (body.encode reuses it);
-    # every id is of an object the payload holds, so none can be a recycled one.
-    elements: dict[int, str] = field(default_factory=dict)
+    # every id is of an object the payload holds, so none can be a recycled one. Its
+    # `joined`, when set, is the text of the whole conversation list (a Prefix's).
+    elements: body.Elements = field(default_factory=body.Elements)
 
 
 class StreamParser(Protocol):
@@ -113,7 +114,7 @@ def render_memo(
     key: Any,
     render: Callable[[], tuple[dict[str, Any], T]],
     elements: dict[int, str],
-) -> tuple[dict[str, Any], T]:
+) -> tuple[dict[str, Any], T, str | None]:
     """`render()` of `message` — (its element of the payload, what else the dialect needs
     from it) — memoized on the message under `key` (the dialect and its options), with the
     element's JSON text recorded in `elements` for body.encode. The element is shared by
@@ -130,7 +131,97 @@ def render_memo(
         message.wire[key] = hit
     if hit[3] is not None:
         elements[id(hit[1])] = hit[3]
-    return hit[1], hit[2]
+    return hit[1], hit[2], hit[3]
+
+
+# A Message marked shared (`share`) is one its maker reuses, unchanged, in every later
+# prompt that shows it: pipeline/llm/prompt.py's, for a loop's rows. It is never mutated in
+# place (a change replaces it), so a request whose messages start with the very messages
+# of an earlier one can reuse that one's rendering whole instead of checking each.
+SHARED = "agentd.shared"
+
+
+def share(message: Message) -> Message:
+    message.wire[SHARED] = True
+    return message
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """A rendered request's conversation, kept on its first message (under the dialect's
+    key): the elements of the payload's conversation list, their JSON text joined, and the
+    dialect's fold state after them (e.g. the reasoning tally)."""
+
+    messages: list[Message]
+    elements: list[Any]
+    closed: int  # the first `closed` elements are final (a merging dialect's last is open)
+    joined: str | None  # ",".join of their JSON text (None: one is not encodable)
+    state: Any
+
+
+def resume(messages: list[Message], key: Any) -> Prefix | None:
+    """The Prefix of an earlier request whose messages `messages` starts with (the same
+    shared messages, or equal ones), else None. O(1) but for the one list comparison,
+    which for the same objects is an identity check per element in C."""
+    p: Prefix | None = messages[0].wire.get((SHARED, key)) if messages else None
+    if p is None or len(p.messages) > len(messages):
+        return None
+    return p if messages[: len(p.messages)] == p.messages else None
+
+
+def join(joined: str, texts: list[str]) -> str:
+    """`joined` (texts already joined with ",") and more texts, joined with ","."""
+    if not texts:
+        return joined
+    return ",".join([joined, *texts]) if joined else ",".join(texts)
+
+
+def reopen(messages: list[Message], key: Any, inner: str) -> tuple[Prefix | None, list[Any]]:
+    """For a dialect whose consecutive same-role messages merge into one element (its
+    `inner` list extended): the Prefix `messages` extends, and its elements with the last
+    one copied, so that extending it leaves the Prefix's (and earlier payloads') alone."""
+    found = resume(messages, key)
+    if found is None:
+        return None, []
+    out = list(found.elements)
+    if out:
+        out[-1] = {**out[-1], inner: list(out[-1][inner])}
+    return found, out
+
+
+def close(
+    messages: list[Message],
+    key: Any,
+    out: list[Any],
+    found: Prefix | None,
+    state: Any,
+    elements: body.Elements,
+) -> None:
+    """After a merging dialect folded `messages` into `out` (from `reopen`): the whole
+    list's text for body.encode, and the Prefix a later request resumes (all but the last
+    element closed)."""
+    n = found.closed if found is not None else 0
+    joined = found.joined if found is not None else ""
+    texts: list[str] = []
+    if joined is not None:
+        try:
+            texts = [body.dumps(e) for e in out[n:]]
+        except ValueError:  # not encodable (NaN): the whole body's encode says so
+            joined = None
+    closed = max(n, len(out) - 1)
+    if joined is not None:
+        stable = join(joined, texts[: closed - n])
+        elements.joined = (out, list(out), join(stable, texts[closed - n :]))
+        joined = stable
+    keep(messages, key, Prefix(list(messages), list(out), closed, joined, state), found)
+
+
+def keep(messages: list[Message], key: Any, prefix: Prefix, found: Prefix | None) -> None:
+    """Hold `prefix` on the request's first message (replacing the one it extended, or
+    any other: one per conversation) if every message is shared (those of `found` were)."""
+    n = len(found.messages) if found is not None else 0
+    if messages and all(m.wire.get(SHARED) for m in messages[n:]):
+        messages[0].wire[(SHARED, key)] = prefix
 
 
 def new_call_id() -> str:

@@ -14,8 +14,17 @@ import json
 from typing import Any
 
 from agentd.errors import LLMProtocolError, LLMStatusError
-from agentd.llm import reasoning, sse
-from agentd.llm.dialects.base import Rendered, expect, join_url, load_json, new_call_id, opt
+from agentd.llm import body, reasoning, sse
+from agentd.llm.dialects.base import (
+    Rendered,
+    close,
+    expect,
+    join_url,
+    load_json,
+    new_call_id,
+    opt,
+    reopen,
+)
 from agentd.llm.types import (
     LLMRequest,
     LLMResponse,
@@ -106,9 +115,18 @@ class Gemini:
         strategies = reasoning.normalize(request.reasoning_strategies, NAME)
         tally = reasoning.Tally()
         system: list[str] = []
-        contents: list[dict[str, Any]] = []
         calls: dict[str, ToolCallRequest] = {}
-        for m in request.messages:
+        # A request that extends an earlier one (the same shared messages first) folds
+        # only its new messages into that one's elements (base.reopen/close).
+        key = (NAME, tuple(strategies))
+        found, contents = reopen(request.messages, key, "parts")
+        start = 0
+        if found is not None:
+            start = len(found.messages)
+            (tally.messages, tally.chars, tally.inline_chars), done, seen = found.state
+            system.extend(done)
+            calls.update(seen)
+        for m in request.messages[start:]:
             if m.role == "system":
                 system.append(m.content or "")
             elif m.role == "user":
@@ -130,6 +148,9 @@ class Gemini:
                 parts = _model_parts(m, carry)
                 if parts:
                     _append(contents, "model", parts)
+        elements = body.Elements()
+        state = ((tally.messages, tally.chars, tally.inline_chars), tuple(system), calls)
+        close(request.messages, key, contents, found, state, elements)
         payload: dict[str, Any] = {"contents": contents}
         if system:
             payload["systemInstruction"] = {"parts": [{"text": "\n\n".join(system)}]}
@@ -151,7 +172,7 @@ class Gemini:
             config["thinkingConfig"] = {"thinkingBudget": budget, "includeThoughts": budget > 0}
         if config:
             payload["generationConfig"] = config
-        return Rendered(payload=payload, reasoning_carried=tally.as_dict())
+        return Rendered(payload=payload, reasoning_carried=tally.as_dict(), elements=elements)
 
     def parse(self, body: Any) -> LLMResponse:
         acc = StreamAccumulator()

@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from agentd.errors import LLMProtocolError
-from agentd.llm import reasoning, sse
+from agentd.llm import body, reasoning, sse
 from agentd.llm.dialects.base import (
+    Prefix,
     Rendered,
     dump_arguments,
     expect,
+    join,
     join_url,
+    keep,
     load_json,
     new_call_id,
     opt,
     parse_arguments,
     render_memo,
+    resume,
 )
 from agentd.llm.types import (
     LLMRequest,
@@ -32,15 +37,40 @@ from agentd.llm.types import (
 NAME = "open_ai"
 
 
-def _render_message(
-    message: Message, strategies: list[str], tally: reasoning.Tally, elements: dict[int, str]
-) -> dict[str, Any]:
-    out, carry = render_memo(
-        message, (NAME, tuple(strategies)), lambda: _render_one(message, strategies), elements
-    )
-    if carry is not None:
-        tally.add(carry)
-    return out
+def _messages(
+    messages: list[Message], strategies: list[str], elements: body.Elements
+) -> tuple[list[dict[str, Any]], reasoning.Tally]:
+    """The `messages` list and its reasoning tally. A request that extends an earlier one
+    (the same shared messages first: base.resume) renders only its new messages."""
+    key = (NAME, tuple(strategies))
+    found = resume(messages, key)
+    tally = reasoning.Tally()
+    out: list[dict[str, Any]] = []
+    texts: list[str] = []
+    joined: str | None = ""
+    start = 0
+    if found is not None:  # one element per message
+        start = len(found.messages)
+        out.extend(found.elements)
+        tally.messages, tally.chars, tally.inline_chars = found.state
+        joined = found.joined
+    for m in messages[start:]:
+        element, carry, text = render_memo(
+            m, key, functools.partial(_render_one, m, strategies), elements
+        )
+        if carry is not None:
+            tally.add(carry)
+        out.append(element)
+        if text is None:
+            joined = None
+        else:
+            texts.append(text)
+    if joined is not None:
+        joined = join(joined, texts)
+        elements.joined = (out, list(out), joined)
+    state = (tally.messages, tally.chars, tally.inline_chars)
+    keep(messages, key, Prefix(list(messages), list(out), len(out), joined, state), found)
+    return out, tally
 
 
 def _render_one(
@@ -128,11 +158,11 @@ class OpenAI:
 
     def render(self, request: LLMRequest) -> Rendered:
         strategies = reasoning.normalize(request.reasoning_strategies, NAME)
-        tally = reasoning.Tally()
-        elements: dict[int, str] = {}
+        elements = body.Elements()
+        messages, tally = _messages(request.messages, strategies, elements)
         payload: dict[str, Any] = {
             "model": request.provider.model,
-            "messages": [_render_message(m, strategies, tally, elements) for m in request.messages],
+            "messages": messages,
             "stream": request.stream,
         }
         if request.stream:

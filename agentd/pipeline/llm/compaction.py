@@ -27,7 +27,7 @@ import uuid
 from agentd import logs
 from agentd.agent import Agent, resolve
 from agentd.db.pool import transaction
-from agentd.engine import dispatch, loop_limits, transcript
+from agentd.engine import dispatch, loop_limits
 from agentd.engine.context import TurnContext
 from agentd.errors import FenceLost, LLMError, LLMProtocolError, MaxDurationExceeded
 from agentd.llm.types import LLMRequest, LLMResponse, Message, ToolSpec
@@ -85,8 +85,9 @@ class Compaction:
             await self.app(ctx)
             return
         rows, calls = await ctx.prompt_inputs()
-        summary, current = transcript.prompt_rows(rows)
-        ctx.history = prompt.render(agent.system_prompt, summary, current, calls)
+        memo = getattr(ctx.prefetch, "rendered", None)  # the worker's, as NetworkCalling's
+        summary, current = prompt.prompt_rows(rows, memo)
+        ctx.history = prompt.render(agent.system_prompt, summary, current, calls, memo=memo)
         size = prompt_size(summary, current, ctx.history, ctx.tool_specs)
         if not needs_compaction(agent, size):
             await self.app(ctx)

@@ -5,6 +5,7 @@ and the rows it reads stay O(new rows) however long the loop is."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import uuid
 from collections.abc import Iterator
@@ -18,11 +19,15 @@ from agentd.db.pool import Pool, connection
 from agentd.engine import transcript
 from agentd.engine.history_cache import HistoryCache
 from agentd.engine.worker import Worker
+from agentd.llm.dialects import base as dialects
+from agentd.llm.dialects import open_ai
 from agentd.pipeline.llm import prompt
+from agentd.pipeline.llm.network_calling import NetworkCalling
 from agentd.registry import AgentRegistry
 from agentd.store import jobs
 from agentd.store.models import Message as MessageRow
 from agentd.testing import factories
+from agentd.testing.agents import CalcAgent
 from agentd.testing.engine import eventually, running_engine
 from agentd.testing.fake_llm import FakeLLM, LastMessage, Reply, Rule, ToolCall
 
@@ -60,9 +65,11 @@ def oracle(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         async with connection(self.runtime.pool) as conn:
             rows = await messages.list_(conn, loop_id=loop.id)
             calls = await tool_calls.list_for_loop(conn, loop_id=loop.id)
-        want = prompt.history("s", rows, calls)
-        # With the worker's render memo, as NetworkCalling builds it.
-        got = prompt.history("s", merged.messages, merged.tool_calls, memo=merged.rendered)
+        # With the worker's render memo and the agent's system prompt, as NetworkCalling
+        # builds it (so the memo's extension of the last prompt is what is checked).
+        system = self.runtime.registry.get(loop.agent).system_prompt
+        want = prompt.history(system, rows, calls)
+        got = prompt.history(system, merged.messages, merged.tool_calls, memo=merged.rendered)
         if want != got:
             seen["mismatches"].append((loop.id, len(want), len(got)))
         return merged
@@ -235,3 +242,95 @@ async def test_delta_read_returns_only_new_rows_of_a_long_loop(pool: Pool) -> No
     assert (delta["m"], delta["after_id"]) == (2, ids[-3])
     assert delta["c"] == (1 if call_msg in ids[-2:] else 0)
     assert full["m"] == 600 and full["after_id"] is None
+
+
+class WindowedAgent(CalcAgent):
+    """Compaction on (it measures every prompt), never reached."""
+
+    context_window = 10**9
+
+
+async def test_a_compacting_agents_chained_prompts_extend_the_last_one(
+    pool: Pool,
+    database_url: str,
+    registry: AgentRegistry,
+    fake_llm: FakeLLM,
+    oracle: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Compaction builds the prompt (to measure it) with the worker's memo, as
+    NetworkCalling would: each chained turn extends the last prompt, and the dialect
+    resumes the last request's rendering, instead of rendering every row again."""
+    registry.register("windowed", WindowedAgent)
+    extended: list[bool] = []
+    resumed: list[bool] = []
+    extends, resume = prompt._extends, dialects.resume
+
+    def counting_extends(*a: Any) -> bool:
+        extended.append(extends(*a))
+        return extended[-1]
+
+    def counting_resume(*a: Any) -> Any:
+        found = resume(*a)
+        resumed.append(found is not None)
+        return found
+
+    monkeypatch.setattr(prompt, "_extends", counting_extends)
+    monkeypatch.setattr(open_ai, "resume", counting_resume)
+    rounds(fake_llm, 30)
+    async with running_engine(pool, database_url, registry) as engine:
+        loop = await engine.lifecycle.start(
+            agent="windowed", message="go", state={"llm": fake_llm.base_url}
+        )
+        await eventually(in_status(pool, loop.id, "completed"), within=60)
+    assert oracle["mismatches"] == []
+    assert extended.count(True) >= 25 and resumed.count(True) >= 25, (extended, resumed)
+    sent = [r.json["messages"] for r in fake_llm.requests]
+    for before, after in itertools.pairwise(sent):
+        assert after[: len(before)] == before and len(after) == len(before) + 2
+
+
+class Shout:
+    """A host middleware before NetworkCalling: builds the prompt as NetworkCalling would
+    (with the worker's memo) and replaces — never edits — the first user message."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, ctx: Any) -> None:
+        rows, calls = await ctx.prompt_inputs()
+        memo = getattr(ctx.prefetch, "rendered", None)
+        history = prompt.history(ctx.agent.system_prompt, rows, calls, memo=memo)
+        i = next(i for i, m in enumerate(history) if m.role == "user")
+        history[i] = dataclasses.replace(history[i], content=f"{history[i].content}!".upper())
+        ctx.history = history
+        await self.app(ctx)
+
+
+class ShoutingAgent(CalcAgent):
+    @classmethod
+    def configure_llm_middlewares(cls, builder: Any) -> None:
+        builder.insert_before(NetworkCalling, Shout)
+
+
+async def test_a_middleware_replacing_a_prompt_message_changes_that_request_only(
+    pool: Pool, database_url: str, registry: AgentRegistry, fake_llm: FakeLLM
+) -> None:
+    """The memo's messages are shared from turn to turn: a middleware that replaces one in
+    its ctx.history sends its version every turn it does so, and the memo and the dialect's
+    rendering of the loop's own messages are untouched by it."""
+    registry.register("shouting", ShoutingAgent)
+    rounds(fake_llm, 10)
+    async with running_engine(pool, database_url, registry) as engine:
+        loop = await engine.lifecycle.start(
+            agent="shouting", message="go", state={"llm": fake_llm.base_url}
+        )
+        await eventually(in_status(pool, loop.id, "completed"), within=60)
+        memo = engine.worker.history.rendered(loop.id)
+    sent = [r.json["messages"] for r in fake_llm.requests]
+    assert len(sent) == 11
+    assert all(m[1] == {"role": "user", "content": "GO!"} for m in sent)
+    for before, after in itertools.pairwise(sent):
+        assert after[: len(before)] == before and len(after) == len(before) + 2
+    assert memo is not None and memo.last is not None
+    assert [m.content for m in memo.last.out if m.role == "user"] == ["go"]

@@ -11,6 +11,8 @@ import random
 import uuid
 from typing import Any
 
+import pytest
+
 from agentd import redact
 from agentd.db.pool import Pool, connection, transaction
 from agentd.llm import body
@@ -205,3 +207,50 @@ async def test_a_missing_part_reads_as_unavailable_not_an_error(pool: Pool) -> N
     assert e.request_data["body"] is None
     assert e.request_data["body_ref"]["available"] is False
     assert e.request_data["body_ref"]["verified"] is False
+
+
+def test_a_request_extending_the_last_is_stored_as_a_piece_by_piece_pass_stores_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """wire.encode skips the pieces a body shares with the hint (body.split's `same`): the
+    reference, the parts and the next hint are exactly those of the pass over every piece —
+    through extensions, compactions, regenerations, secrets and restarts."""
+    rng = random.Random(20261202)
+    wire.forget()
+    lid = uuid.uuid4()
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "be brief"}]
+    split = body.split
+    fast = 0
+    for turn in range(300):
+        op = rng.random()
+        if op < 0.08 and len(msgs) > 6:
+            msgs[:] = [msgs[0], {"role": "user", "content": "summary"}, *msgs[-3:]]
+        elif op < 0.14 and len(msgs) > 4:
+            del msgs[-rng.randint(1, 3) :]
+        msgs.extend(message(rng, turn) for _ in range(rng.randint(0, 3)))
+        if rng.random() < 0.05:
+            msgs.append({"role": "user", "content": "my key is sk-A1b2C3d4E5f6G7h8I9"})
+        if rng.random() < 0.05:
+            msgs.append(dict(msgs[-1]))  # a piece equal to the one before it
+        payload = {"model": "m", "messages": list(msgs), "stream": False}
+        hint = wire._hint(lid)
+        ex = exchange(payload)
+        got_parts: dict[str, str] = {}
+        got, got_hint = wire.encode(ex, parts=got_parts, hint=hint)
+        with monkeypatch.context() as m:
+            m.setattr(body, "split", lambda b, known=None: (split(b, known)[0], 0))
+            want_parts: dict[str, str] = {}
+            want, want_hint = wire.encode(ex, parts=want_parts, hint=hint)
+        fast += split(ex.request_wire, hint.texts[:-1] if hint else None)[1] > 0
+        assert got == want and got_parts == want_parts, turn
+        if not got["redacted"]:
+            assert got["sha256"] == hashlib.sha256(ex.request_wire.data).hexdigest()
+        for f in ("manifest", "pieces", "texts", "safe", "where"):
+            assert getattr(got_hint, f) == getattr(want_hint, f), (turn, f)
+        assert want_hint.sent.items() <= got_hint.sent.items()  # a hint may know more
+        token = uuid.uuid4()
+        wire.llm_events([ex], loop_id=lid, token=token)
+        wire.settle(lid, token, committed=True)
+        if rng.random() < 0.03:
+            wire.forget()
+    assert fast > 150
