@@ -41,6 +41,7 @@ class Lease:
     ceiling: float  # monotonic time after which the registration is dropped
     trusted_until: float
     lost: bool = False
+    settled: bool = False  # its work committed: nothing left to renew, fence or cancel
     reason: str = ""
     meta: dict[str, object] = field(default_factory=dict)
 
@@ -129,6 +130,25 @@ class LeaseRenewer:
             if self._tools.get(tid) is lease:
                 del self._tools[tid]
 
+    def settle_turn(self, loop_id: uuid.UUID, token: uuid.UUID) -> None:
+        """The turn under `token` committed its result: drop its lease without cancelling.
+
+        Called by the finalizer right after its commit. The commit ends the lease in the
+        database (the loop completes, or passes to its tool phase or a new generation), so a
+        tick landing before the turn unwinds would otherwise read it as taken and cancel a
+        turn that finished (logged and counted as a lost lease, its chained work handed back).
+        """
+        self._settle(self._llm.get(loop_id), token)
+
+    def settle_tool(self, tool_call_id: int, token: uuid.UUID) -> None:
+        """The tool call under `token` committed its result (see `settle_turn`)."""
+        self._settle(self._tools.get(tool_call_id), token)
+
+    def _settle(self, lease: Lease | None, token: uuid.UUID) -> None:
+        if lease is not None and lease.token == token and not lease.lost:
+            lease.settled = True
+            self.unregister(lease)
+
     def in_flight(self) -> tuple[list[Lease], list[Lease]]:
         return list(self._llm.values()), list(self._tools.values())
 
@@ -140,7 +160,7 @@ class LeaseRenewer:
     def _lose(self, lease: Lease, reason: str, *, counted: bool = True) -> None:
         # Once only: a second cancel() lands while the turn is unwinding (closing its
         # provider stream) and interrupts that cleanup, leaving the stream uncut.
-        if lease.lost:
+        if lease.lost or lease.settled:
             return
         lease.lost = True
         lease.reason = reason

@@ -73,6 +73,8 @@ class ResponseParsing:
             if chain is not None:
                 chain.leased = LeasedWork()  # the fence held nothing: nothing was written
             raise FenceLost()
+        if runtime.renewer is not None:  # committed: the lease ended with it
+            runtime.renewer.settle_turn(done.loop.id, ctx.execution_token)
         loop = done.loop
         ctx.events_flushed = True
         ctx.finished = True

@@ -53,6 +53,8 @@ class ResponseCreation:
             if chain is not None:
                 chain.leased = LeasedWork()  # nothing was written
             raise FenceLost()  # the generation moved on, the lease was lost, or answered
+        if runtime.renewer is not None:  # committed: the lease ended with it
+            runtime.renewer.settle_tool(tc.id, ctx.lease_token)
         if chain is not None:
             chain.leased = LeasedWork(turn=done.chained, prefetch=done.prefetch)
         if cp is not None:  # the folded checkpoint committed with the response

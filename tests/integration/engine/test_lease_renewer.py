@@ -66,6 +66,45 @@ async def test_renewal_extends_only_leases_whose_token_still_holds(
         await r.close()
 
 
+async def test_a_turn_settled_by_its_commit_is_not_cancelled_by_the_next_tick(
+    pool: Pool, database_url: str
+) -> None:
+    # The window between a finalizer's commit and the turn unwinding: the commit ended the
+    # lease in the database (a completed loop has no token; a finished call no lease), so
+    # the tick no longer finds it. A settled turn is left to finish; an unsettled one with
+    # the same view is cancelled as taken, as before.
+    r = renewer(database_url)
+    await r.connect()
+    try:
+        async with transaction(pool) as conn:
+            done = await factories.loop(conn, status="running", lease_in=5)
+            taken = await factories.loop(conn, status="running", lease_in=5)
+        finishing = asyncio.create_task(asyncio.Event().wait())
+        stale = asyncio.create_task(asyncio.Event().wait())
+        settled = r.register_turn(done.id, done.execution_token, 12.0, 60.0, finishing)  # type: ignore[arg-type]
+        lost = r.register_turn(taken.id, taken.execution_token, 12.0, 60.0, stale)  # type: ignore[arg-type]
+        tick = asyncio.create_task(r.renew_once())  # snapshots both leases, then awaits
+        await asyncio.sleep(0)
+        async with transaction(pool) as conn:
+            await conn.execute(
+                "UPDATE loops SET status = 'completed', execution_token = NULL,"
+                " lease_expires_at = NULL WHERE id = ANY($1::uuid[])",
+                [done.id, taken.id],
+            )
+        r.settle_turn(done.id, done.execution_token)
+        await tick
+        await r.renew_once()
+        assert settled.settled and not settled.lost and not finishing.done()
+        assert lost.lost and lost.reason == "token_rotated" and r.lost_count == 1
+        await asyncio.wait({stale}, timeout=1)
+        assert stale.cancelled()
+        r.settle_turn(taken.id, taken.execution_token)  # too late: lost stays lost
+        assert not lost.settled and r.in_flight() == ([], [])
+        finishing.cancel()
+    finally:
+        await r.close()
+
+
 async def test_graceful_stop_deregisters_the_worker(
     pool: Pool, database_url: str, registry: AgentRegistry
 ) -> None:
