@@ -10,7 +10,7 @@ of its processes, and PostgreSQL CPU ms per job (every `postgres` process on the
 so run it on an otherwise idle box). `--profile` adds a py-spy top-20 of agentd's worker.
 
     python -m bench.b11_userpath [--loops 2000 --seconds 15 --warmup 5 --concurrency 16]
-                                 [--agentd-only] [--profile]
+                                 [--agentd-only] [--profile] [--agentd-src DIR]
 
 Each contender gets the same fresh seed of `--loops` loops, so none drains inside its
 window (a drained run is flagged).
@@ -230,6 +230,23 @@ def pyspy_top(pid: int, seconds: float, out: Path) -> list[tuple[str, float, flo
     ][:20]
 
 
+class SrcDB(ThrowawayDB):
+    """A throwaway database migrated by another source tree's `agentd migrate` (its own
+    migrations, so a "before" runs on the schema it shipped with)."""
+
+    def __init__(self, tag: str, src: str) -> None:
+        super().__init__(tag)
+        self.src = src
+
+    async def __aenter__(self) -> SrcDB:
+        async with admin() as adm:
+            await adm.execute(f'CREATE DATABASE "{self.name}"')
+        env = {**os.environ, "PYTHONPATH": self.src, "AGENTD_DATABASE_URL": self.url}
+        argv = [PY, "-P", "-m", "agentd", "migrate"]
+        await asyncio.to_thread(subprocess.run, argv, env=env, check=True, cwd=ROOT)
+        return self
+
+
 async def run_agentd(a: argparse.Namespace, llm_url: str, mcp_url: str, tag: str) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="b11-"))
     config = work / "agentd.toml"
@@ -238,17 +255,21 @@ async def run_agentd(a: argparse.Namespace, llm_url: str, mcp_url: str, tag: str
     port = free_port()
     RESULTS.mkdir(parents=True, exist_ok=True)
     log = RESULTS / f"b11-{tag}.log"
-    async with ThrowawayDB("b11") as tdb:
+    async with SrcDB("b11", a.agentd_src) if a.agentd_src else ThrowawayDB("b11") as tdb:
         env = agentd_env(tdb.url, port, token, config, a.concurrency)
         env["AGENTD_EVENT_LOOP"] = a.event_loop
+        cli = [AGENTD]
+        if a.agentd_src:  # another checkout's agentd (a same-config "before")
+            env["PYTHONPATH"] = a.agentd_src
+            cli = [PY, "-P", "-m", "agentd"]  # -P: not this checkout from the cwd
         api_url = f"http://127.0.0.1:{port}"
-        api = spawn([AGENTD, "api"], env, log)
+        api = spawn([*cli, "api"], env, log)
         try:
             await wait_http(f"{api_url}/healthz")
             # The worker starts after the seed so every loop waits in the queue: the window
             # measures steady work, not the POST rate.
             seed_s = await start_loops(api_url, token, a.loops)
-            worker = spawn([AGENTD, "worker"], env, log)
+            worker = spawn([*cli, "worker"], env, log)
             db = await asyncpg.connect(tdb.url)
             try:
                 count = lambda: db.fetchval(  # noqa: E731
@@ -493,6 +514,11 @@ def main() -> None:
     p.add_argument("--agentd-only", action="store_true")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--bare-child", nargs=2, metavar=("LLM", "MCP"))
+    p.add_argument(
+        "--agentd-src",
+        help="run `agentd worker`/`api` from this source tree (e.g. `git archive <commit>"
+        " agentd migrations | tar -x -C DIR`), on a database its own migrations made",
+    )
     # agentd (AGENTD_EVENT_LOOP) and the bare loop run on the same event loop, by default
     # what `agentd` picks by default; DBOS on asyncio's own, its best.
     p.add_argument("--event-loop", default="auto", choices=["auto", "asyncio", "uvloop"])
