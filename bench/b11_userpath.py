@@ -75,17 +75,32 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def pg_cpu() -> float:
-    """CPU seconds of every PostgreSQL process on the machine (server + backends)."""
+def pg_cpu(postmaster: int | None = None) -> float:
+    """CPU seconds of every PostgreSQL process on the machine (server + backends), or with
+    `postmaster`, of that server's processes only (another cluster's work is left out)."""
     total = 0.0
-    for p in psutil.process_iter(["name"]):
-        if p.info["name"] in ("postgres", "postmaster"):
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:
-                pass
+    if postmaster is not None:
+        try:
+            root = psutil.Process(postmaster)
+            procs = [root, *root.children()]
+        except psutil.Error:
+            procs = []
+    else:
+        procs = [
+            p for p in psutil.process_iter(["name"]) if p.info["name"] in ("postgres", "postmaster")
+        ]
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
     return total
+
+
+async def postmaster_of(db: asyncpg.Connection) -> int:
+    """The pid of the server `db` is connected to (its backend's parent)."""
+    return psutil.Process(int(await db.fetchval("SELECT pg_backend_pid()"))).ppid()
 
 
 def cpu(pid: int) -> float:
@@ -99,12 +114,13 @@ def cpu(pid: int) -> float:
 class Window:
     """Jobs and CPU counted between two snapshots."""
 
-    def __init__(self, count: Any, pids: dict[str, int]) -> None:
-        self.count, self.pids = count, pids
+    def __init__(self, count: Any, pids: dict[str, int], postmaster: int | None = None) -> None:
+        self.count, self.pids, self.postmaster = count, pids, postmaster
 
     async def snap(self) -> tuple[float, int, dict[str, float], float]:
         n = await self.count()
-        return time.perf_counter(), n, {k: cpu(p) for k, p in self.pids.items()}, pg_cpu()
+        cpus = {k: cpu(p) for k, p in self.pids.items()}
+        return time.perf_counter(), n, cpus, pg_cpu(self.postmaster)
 
     async def measure(self, seconds: float, warmup: float) -> dict[str, Any]:
         await asyncio.sleep(warmup)
@@ -275,7 +291,8 @@ async def run_agentd(a: argparse.Namespace, llm_url: str, mcp_url: str, tag: str
                 count = lambda: db.fetchval(  # noqa: E731
                     "SELECT count(*) FROM messages WHERE role IN ('assistant','tool')"
                 )
-                win = Window(count, {"worker": worker.pid, "api": api.pid})
+                server = await postmaster_of(db) if a.pg_server_only else None
+                win = Window(count, {"worker": worker.pid, "api": api.pid}, server)
                 if a.profile:
                     # The window only: startup imports and first turns stay out of it.
                     async def profile() -> list[tuple[str, float, float]]:
@@ -512,6 +529,13 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=5)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--agentd-only", action="store_true")
+    p.add_argument(
+        "--pg-server-only",
+        action="store_true",
+        help="count PostgreSQL CPU of the bench database's server only (its postmaster and"
+        " children), not every postgres process on the machine: for a throwaway cluster"
+        " (BENCH_DATABASE_URL) on a box where other clusters are busy",
+    )
     p.add_argument("--profile", action="store_true")
     p.add_argument("--bare-child", nargs=2, metavar=("LLM", "MCP"))
     p.add_argument(
