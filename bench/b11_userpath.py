@@ -10,7 +10,7 @@ of its processes, and PostgreSQL CPU ms per job (every `postgres` process on the
 so run it on an otherwise idle box). `--profile` adds a py-spy top-20 of agentd's worker.
 
     python -m bench.b11_userpath [--loops 2000 --seconds 15 --warmup 5 --concurrency 16]
-                                 [--agentd-only] [--profile]
+                                 [--agentd-only] [--profile] [--agentd-src DIR]
 
 Each contender gets the same fresh seed of `--loops` loops, so none drains inside its
 window (a drained run is flagged).
@@ -75,17 +75,32 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def pg_cpu() -> float:
-    """CPU seconds of every PostgreSQL process on the machine (server + backends)."""
+def pg_cpu(postmaster: int | None = None) -> float:
+    """CPU seconds of every PostgreSQL process on the machine (server + backends), or with
+    `postmaster`, of that server's processes only (another cluster's work is left out)."""
     total = 0.0
-    for p in psutil.process_iter(["name"]):
-        if p.info["name"] in ("postgres", "postmaster"):
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:
-                pass
+    if postmaster is not None:
+        try:
+            root = psutil.Process(postmaster)
+            procs = [root, *root.children()]
+        except psutil.Error:
+            procs = []
+    else:
+        procs = [
+            p for p in psutil.process_iter(["name"]) if p.info["name"] in ("postgres", "postmaster")
+        ]
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
     return total
+
+
+async def postmaster_of(db: asyncpg.Connection) -> int:
+    """The pid of the server `db` is connected to (its backend's parent)."""
+    return psutil.Process(int(await db.fetchval("SELECT pg_backend_pid()"))).ppid()
 
 
 def cpu(pid: int) -> float:
@@ -99,12 +114,13 @@ def cpu(pid: int) -> float:
 class Window:
     """Jobs and CPU counted between two snapshots."""
 
-    def __init__(self, count: Any, pids: dict[str, int]) -> None:
-        self.count, self.pids = count, pids
+    def __init__(self, count: Any, pids: dict[str, int], postmaster: int | None = None) -> None:
+        self.count, self.pids, self.postmaster = count, pids, postmaster
 
     async def snap(self) -> tuple[float, int, dict[str, float], float]:
         n = await self.count()
-        return time.perf_counter(), n, {k: cpu(p) for k, p in self.pids.items()}, pg_cpu()
+        cpus = {k: cpu(p) for k, p in self.pids.items()}
+        return time.perf_counter(), n, cpus, pg_cpu(self.postmaster)
 
     async def measure(self, seconds: float, warmup: float) -> dict[str, Any]:
         await asyncio.sleep(warmup)
@@ -230,6 +246,23 @@ def pyspy_top(pid: int, seconds: float, out: Path) -> list[tuple[str, float, flo
     ][:20]
 
 
+class SrcDB(ThrowawayDB):
+    """A throwaway database migrated by another source tree's `agentd migrate` (its own
+    migrations, so a "before" runs on the schema it shipped with)."""
+
+    def __init__(self, tag: str, src: str) -> None:
+        super().__init__(tag)
+        self.src = src
+
+    async def __aenter__(self) -> SrcDB:
+        async with admin() as adm:
+            await adm.execute(f'CREATE DATABASE "{self.name}"')
+        env = {**os.environ, "PYTHONPATH": self.src, "AGENTD_DATABASE_URL": self.url}
+        argv = [PY, "-P", "-m", "agentd", "migrate"]
+        await asyncio.to_thread(subprocess.run, argv, env=env, check=True, cwd=ROOT)
+        return self
+
+
 async def run_agentd(a: argparse.Namespace, llm_url: str, mcp_url: str, tag: str) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="b11-"))
     config = work / "agentd.toml"
@@ -238,23 +271,28 @@ async def run_agentd(a: argparse.Namespace, llm_url: str, mcp_url: str, tag: str
     port = free_port()
     RESULTS.mkdir(parents=True, exist_ok=True)
     log = RESULTS / f"b11-{tag}.log"
-    async with ThrowawayDB("b11") as tdb:
+    async with SrcDB("b11", a.agentd_src) if a.agentd_src else ThrowawayDB("b11") as tdb:
         env = agentd_env(tdb.url, port, token, config, a.concurrency)
         env["AGENTD_EVENT_LOOP"] = a.event_loop
+        cli = [AGENTD]
+        if a.agentd_src:  # another checkout's agentd (a same-config "before")
+            env["PYTHONPATH"] = a.agentd_src
+            cli = [PY, "-P", "-m", "agentd"]  # -P: not this checkout from the cwd
         api_url = f"http://127.0.0.1:{port}"
-        api = spawn([AGENTD, "api"], env, log)
+        api = spawn([*cli, "api"], env, log)
         try:
             await wait_http(f"{api_url}/healthz")
             # The worker starts after the seed so every loop waits in the queue: the window
             # measures steady work, not the POST rate.
             seed_s = await start_loops(api_url, token, a.loops)
-            worker = spawn([AGENTD, "worker"], env, log)
+            worker = spawn([*cli, "worker"], env, log)
             db = await asyncpg.connect(tdb.url)
             try:
                 count = lambda: db.fetchval(  # noqa: E731
                     "SELECT count(*) FROM messages WHERE role IN ('assistant','tool')"
                 )
-                win = Window(count, {"worker": worker.pid, "api": api.pid})
+                server = await postmaster_of(db) if a.pg_server_only else None
+                win = Window(count, {"worker": worker.pid, "api": api.pid}, server)
                 if a.profile:
                     # The window only: startup imports and first turns stay out of it.
                     async def profile() -> list[tuple[str, float, float]]:
@@ -491,8 +529,20 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=5)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--agentd-only", action="store_true")
+    p.add_argument(
+        "--pg-server-only",
+        action="store_true",
+        help="count PostgreSQL CPU of the bench database's server only (its postmaster and"
+        " children), not every postgres process on the machine: for a throwaway cluster"
+        " (BENCH_DATABASE_URL) on a box where other clusters are busy",
+    )
     p.add_argument("--profile", action="store_true")
     p.add_argument("--bare-child", nargs=2, metavar=("LLM", "MCP"))
+    p.add_argument(
+        "--agentd-src",
+        help="run `agentd worker`/`api` from this source tree (e.g. `git archive <commit>"
+        " agentd migrations | tar -x -C DIR`), on a database its own migrations made",
+    )
     # agentd (AGENTD_EVENT_LOOP) and the bare loop run on the same event loop, by default
     # what `agentd` picks by default; DBOS on asyncio's own, its best.
     p.add_argument("--event-loop", default="auto", choices=["auto", "asyncio", "uvloop"])

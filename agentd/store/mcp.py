@@ -6,12 +6,14 @@ janitor, admin.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from agentd.db.pool import Connection
-from agentd.store.models import McpToolRow
+from agentd.store import events
+from agentd.store.models import McpToolRow, NewEvent
 from agentd.store.queries import sql
 
 
@@ -59,6 +61,34 @@ async def replace_tools(conn: Connection, *, loop_id: UUID, tools: list[dict[str
         [t["input_schema"] for t in tools],
         [t["requires_approval"] for t in tools],
     )
+
+
+async def record_discovery(
+    conn: Connection,
+    *,
+    loop_id: UUID,
+    execution_token: UUID,
+    sessions: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]],
+    wire_events: Sequence[NewEvent],
+) -> list[McpToolRow] | None:
+    """A discovery's sessions (`mcp_name`, `session_id`, `transport_kind`, `metadata`),
+    tools (`server`: the session's mcp_name; `name`, `remote_name`, `description`,
+    `input_schema`, `requires_approval`) and wire-log events, in one statement fenced by
+    the turn's execution token under the loop's row lock (`mcp_discovery_record`). Returns
+    the loop's tools as `list_tools` does, or None when the fence is lost: then nothing was
+    written."""
+    doc = {
+        "loop_id": str(loop_id),
+        "execution_token": str(execution_token),
+        "sessions": list(sessions),
+        "tools": list(tools),
+        "events": events.documents(wire_events, ()),
+    }
+    rec = await conn.fetchrow(sql("mcp_discovery_record"), doc)
+    if rec is None or not rec["fenced"]:
+        return None
+    return [McpToolRow.from_json(t) for t in rec["tools"]]
 
 
 async def list_tools(conn: Connection, *, loop_id: UUID) -> list[McpToolRow]:

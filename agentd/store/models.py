@@ -36,6 +36,14 @@ class _Row:
     # to_jsonb form (claims prefetch whole histories, so this runs per message per turn).
     _names: frozenset[str]
     _plan: tuple[tuple[str, Any, bool], ...]
+    # The fields with a converter, the float ones, and what a row may leave out (its
+    # defaults); `_fast`: a plain frozen dataclass (no default_factory, no __post_init__),
+    # so a row is built by filling its __dict__ instead of calling the generated __init__.
+    _convs: tuple[tuple[str, Any], ...]
+    _floats: tuple[str, ...]
+    _defaults: dict[str, Any]
+    _required: frozenset[str]
+    _fast: bool
 
     @classmethod
     def _fields(cls) -> tuple[frozenset[str], tuple[tuple[str, Any, bool], ...]]:
@@ -45,31 +53,55 @@ class _Row:
             plan = tuple(
                 (f.name, _convert(str(f.type)), str(f.type).startswith("float")) for f in fields
             )
+            cls._convs = tuple((name, conv) for name, conv, _ in plan if conv is not None)
+            cls._floats = tuple(name for name, conv, is_float in plan if conv is None and is_float)
+            cls._defaults = {
+                f.name: f.default for f in fields if f.default is not dataclasses.MISSING
+            }
+            cls._required = frozenset(
+                f.name
+                for f in fields
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            )
+            cls._fast = not hasattr(cls, "__post_init__") and all(
+                f.default_factory is dataclasses.MISSING and f.init for f in fields
+            )
             cls._plan = plan
             cls._names = frozenset(f.name for f in fields)
         return cls._names, plan
 
     @classmethod
+    def _build(cls, values: dict[str, Any]) -> Self:
+        """The row from its field values (a subset of its fields, with every required one):
+        what `cls(**values)` makes, without the generated __init__'s per-field setattr."""
+        if cls._fast and cls._required.issubset(values):
+            row = object.__new__(cls)
+            attrs = row.__dict__
+            attrs.update(cls._defaults)
+            attrs.update(values)
+            return row
+        return cls(**values)  # raises as the constructor does when a field is missing
+
+    @classmethod
     def from_record(cls, rec: Record) -> Self:
         names, _ = cls._fields()
-        return cls(**{k: rec[k] for k in names.intersection(rec.keys())})
+        return cls._build({k: rec[k] for k in names.intersection(rec.keys())})
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> Self:
         """A row from its `to_jsonb` form (the claims' prefetch): uuids and timestamps are
         strings there, everything else (numbers, jsonb columns) already has its type."""
-        out: dict[str, Any] = {}
-        for name, conv, is_float in cls._fields()[1]:
-            if name not in obj:
-                continue
-            v = obj[name]
-            if v is not None:
-                if conv is not None and (isinstance(v, str) or conv is _decimal):
-                    v = conv(v)
-                elif is_float and isinstance(v, int):
-                    v = float(v)
-            out[name] = v
-        return cls(**out)
+        names, _ = cls._fields()
+        out = {k: obj[k] for k in names.intersection(obj)}
+        for name, conv in cls._convs:
+            v = out.get(name)
+            if v is not None and (isinstance(v, str) or conv is _decimal):
+                out[name] = conv(v)
+        for name in cls._floats:
+            v = out.get(name)
+            if isinstance(v, int):
+                out[name] = float(v)
+        return cls._build(out)
 
 
 @dataclass(frozen=True)

@@ -139,7 +139,7 @@ async def finish(
     checkpoint, the tool message, responded, the continuation, events, notifications.
     None when a fence is lost (generation, lease, already answered): nothing written."""
     cp = checkpoint
-    # One named document (its fields are declared in migrations/0021's function); json
+    # One named document (its fields are declared in migrations/0022's function); json
     # values stay json, a uuid goes as its string.
     finish = {
         "id": tool_call_id,

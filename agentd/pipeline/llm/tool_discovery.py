@@ -31,7 +31,7 @@ import httpx
 
 from agentd import logs, redact
 from agentd.agent import agent_mcp_configs
-from agentd.db.pool import connection, transaction
+from agentd.db.pool import connection
 from agentd.engine.context import TurnContext
 from agentd.errors import AgentdError, FenceLost, ToolTimeout, ToolTransportError
 from agentd.llm.types import ToolSpec
@@ -40,7 +40,7 @@ from agentd.mcp.port import CallContext
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.llm import deferral
 from agentd.pipeline.wire import mcp_events
-from agentd.store import events, loops, mcp
+from agentd.store import events, mcp
 from agentd.store.models import NewEvent
 
 if TYPE_CHECKING:
@@ -191,26 +191,24 @@ class ToolDiscovery:
         box = await self._open(ctx, configs)
         if box is None:
             return None
-        async with transaction(ctx.runtime.pool) as conn:
-            current = await loops.get_for_update(conn, loop_id=ctx.loop.id)
-            if current is None or current.execution_token != ctx.execution_token:
-                raise FenceLost()
-            session_rows: dict[str, int] = {}
-            for name, s in box.sessions.items():
-                session_rows[name] = await mcp.upsert_session(
-                    conn,
-                    loop_id=ctx.loop.id,
-                    mcp_name=name,
-                    session_id=s.session_id,
-                    transport_kind=s.transport_kind,
-                    metadata=s.metadata,
-                )
-            await mcp.replace_tools(
+        # One statement, fenced by the turn's token under the loop's row lock (loop first).
+        async with connection(ctx.runtime.pool) as conn:
+            rows = await mcp.record_discovery(
                 conn,
                 loop_id=ctx.loop.id,
+                execution_token=ctx.execution_token,
+                sessions=[
+                    {
+                        "mcp_name": name,
+                        "session_id": s.session_id,
+                        "transport_kind": s.transport_kind,
+                        "metadata": s.metadata,
+                    }
+                    for name, s in box.sessions.items()
+                ],
                 tools=[
                     {
-                        "session_row_id": session_rows[t.server],
+                        "server": t.server,
                         "name": t.name,
                         "remote_name": t.remote_name,
                         "description": t.description,
@@ -219,9 +217,11 @@ class ToolDiscovery:
                     }
                     for t in box.tools
                 ],
+                wire_events=mcp_events(box.exchanges, loop_id=ctx.loop.id),
             )
-            await events.insert_many(conn, mcp_events(box.exchanges, loop_id=ctx.loop.id))
-            return await mcp.list_tools(conn, loop_id=ctx.loop.id)
+        if rows is None:
+            raise FenceLost()
+        return rows
 
     async def _open(self, ctx: TurnContext, configs: list[McpServerConfig]) -> Toolbox | None:
         """The agent's servers, opened; None: they are down and the turn was deferred."""

@@ -1,7 +1,7 @@
 """ResponseCreation: the tool message, and the turn's continuation.
 
 Position: last. In ONE round trip and one commit (store/sql/tool_calls.sql
-`tool_call_finish`, the function of migrations/0021), under the loop's row lock and fenced
+`tool_call_finish`, the function of migrations/0022), under the loop's row lock and fenced
 by the generation and the call's lease token: records the result ToolExecution handed over
 (ctx.metadata["checkpoint"], when it folded its checkpoint into this statement), inserts the
 `tool` message, marks the call responded, then sequential: enqueues the next unresolved call
