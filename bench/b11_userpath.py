@@ -10,7 +10,7 @@ of its processes, and PostgreSQL CPU ms per job (every `postgres` process on the
 so run it on an otherwise idle box). `--profile` adds a py-spy top-20 of agentd's worker.
 
     python -m bench.b11_userpath [--loops 2000 --seconds 15 --warmup 5 --concurrency 16]
-                                 [--agentd-only] [--profile] [--agentd-src DIR]
+                                 [--agentd-only] [--profile] [--mcp fake|sdk] [--agentd-src DIR]
 
 Each contender gets the same fresh seed of `--loops` loops, so none drains inside its
 window (a drained run is flagged).
@@ -431,7 +431,9 @@ async def main_async(a: argparse.Namespace) -> None:
     from agentd import logs
 
     logs.configure("console", "warning")
-    llm, mcp = fake_llm(rules()), fake_mcp()
+    # --mcp sdk: the tool server is the official SDK's (bench/sdk_mcp.py), for all three.
+    mcp = fake_mcp() if a.mcp == "fake" else Proc([PY, "-m", "bench.sdk_mcp"]).start()
+    llm = fake_llm(rules())
     llm_url, mcp_url = f"http://127.0.0.1:{llm.port}", f"http://127.0.0.1:{mcp.port}/mcp"
     out: dict[str, Any] = {"args": vars(a)}
     try:
@@ -537,6 +539,12 @@ def main() -> None:
         " (BENCH_DATABASE_URL) on a box where other clusters are busy",
     )
     p.add_argument("--profile", action="store_true")
+    p.add_argument(
+        "--mcp",
+        default="fake",
+        choices=["fake", "sdk"],
+        help="the MCP server: agentd's fake, or one built with the official mcp SDK",
+    )
     p.add_argument("--bare-child", nargs=2, metavar=("LLM", "MCP"))
     p.add_argument(
         "--agentd-src",
