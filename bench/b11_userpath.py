@@ -220,6 +220,8 @@ def pyspy_top(pid: int, seconds: float, out: Path) -> list[tuple[str, float, flo
             "-o",
             str(raw),
             "--nonblocking",
+            "--rate",
+            os.environ.get("BENCH_PYSPY_RATE", "100"),
         ],
         check=False,
         capture_output=True,
@@ -399,7 +401,18 @@ async def run_bare(a: argparse.Namespace, llm_url: str, mcp_url: str) -> dict[st
             return 0
 
     try:
+        if a.profile:
+            # The same window as the worker's profile, so the two can be compared frame by frame.
+            async def profile() -> list[tuple[str, float, float]]:
+                await asyncio.sleep(a.warmup)
+                return await asyncio.to_thread(
+                    pyspy_top, p.pid, a.seconds, RESULTS / "b11-pyspy-bare"
+                )
+
+            prof = asyncio.create_task(profile())
         res = await Window(count, {"bare": p.pid}).measure(a.seconds, a.warmup)
+        if a.profile:
+            res["pyspy_top20"] = await prof
     finally:
         p.stop()
         counter.unlink(missing_ok=True)
@@ -439,9 +452,10 @@ async def main_async(a: argparse.Namespace) -> None:
     try:
         out["agentd"] = await run_agentd(a, llm_url, mcp_url, "agentd")
         print(f"  agentd: {out['agentd']['turns_per_s']:.1f} turns/s", flush=True)
-        if not a.agentd_only:
+        if not a.agentd_only and not a.skip_dbos:
             out["dbos"] = await run_dbos(a, llm_url, mcp_url)
             print(f"  DBOS:   {out['dbos']['turns_per_s']:.1f} turns/s", flush=True)
+        if not a.agentd_only:
             out["bare"] = await run_bare(a, llm_url, mcp_url)
             print(f"  bare:   {out['bare']['turns_per_s']:.1f} turns/s", flush=True)
     finally:
@@ -459,8 +473,8 @@ async def main_async(a: argparse.Namespace) -> None:
         ]
     ]
     if "dbos" in out:
-        d, b = out["dbos"], out["bare"]
-        rows += [
+        d = out["dbos"]
+        rows.append(
             [
                 "DBOS (one process)",
                 d["turns_per_s"],
@@ -468,7 +482,11 @@ async def main_async(a: argparse.Namespace) -> None:
                 "-",
                 d["pg_cpu_ms_per_job"],
                 d["drained"],
-            ],
+            ]
+        )
+    if "bare" in out:
+        b = out["bare"]
+        rows.append(
             [
                 "bare loop (no database)",
                 b["turns_per_s"],
@@ -476,10 +494,12 @@ async def main_async(a: argparse.Namespace) -> None:
                 "-",
                 "-",
                 "-",
-            ],
-        ]
+            ]
+        )
         out["ratios"] = {
-            "agentd_over_dbos": ag["turns_per_s"] / d["turns_per_s"],
+            "agentd_over_dbos": ag["turns_per_s"] / out["dbos"]["turns_per_s"]
+            if "dbos" in out
+            else None,
             "agentd_over_bare": ag["turns_per_s"] / b["turns_per_s"],
             "worker_cpu_over_bare_cpu": ag["cpu_ms_per_job"]["worker"]
             / b["cpu_ms_per_job"]["bare"],
@@ -513,7 +533,13 @@ async def main_async(a: argparse.Namespace) -> None:
                 "agentd ÷ bare (target ≥ 0.65)",
                 "worker CPU ÷ bare CPU (target ≤ 1.7)",
             ],
-            [[r["agentd_over_dbos"], r["agentd_over_bare"], r["worker_cpu_over_bare_cpu"]]],
+            [
+                [
+                    "-" if r["agentd_over_dbos"] is None else r["agentd_over_dbos"],
+                    r["agentd_over_bare"],
+                    r["worker_cpu_over_bare_cpu"],
+                ]
+            ],
         )
     if ag.get("pyspy_top20"):
         txt += "\n" + table(
@@ -531,6 +557,9 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=5)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--agentd-only", action="store_true")
+    p.add_argument(
+        "--skip-dbos", action="store_true", help="agentd and the bare loop only (for iterating)"
+    )
     p.add_argument(
         "--pg-server-only",
         action="store_true",

@@ -18,6 +18,8 @@ import math
 import re
 from typing import Any
 
+import orjson
+
 REPLACEMENT = "\ufffd"
 
 # In json.dumps' (ASCII-only) output a real escape is a `\u` preceded by an even run of
@@ -58,8 +60,30 @@ def _finite(value: object) -> object:
     return value
 
 
+_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+
+
+def _refuse(value: object) -> object:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def dumps(value: object) -> str:
-    """JSON text that `json` and `jsonb` accept: the pool's json/jsonb encoder."""
+    """JSON text that `json` and `jsonb` accept: the pool's json/jsonb encoder.
+
+    orjson first (several times faster; the worker encodes every row's documents here). It
+    writes non-finite floats as null and NUL as `\\u0000`, and refuses what needs the
+    careful path (lone surrogates, integers past 64 bits, non-str keys, types json would
+    refuse too): that goes to `json` as before."""
+    try:
+        out = orjson.dumps(value, default=_refuse, option=_ORJSON_OPTIONS).decode()
+    except TypeError:  # orjson.JSONEncodeError is one
+        return _dumps_stdlib(value)
+    if "\\u0000" in out:
+        out = _BAD_ESCAPE.sub(_fix_escape, out)
+    return out
+
+
+def _dumps_stdlib(value: object) -> str:
     out = json.dumps(value)  # ensure_ascii: NUL and surrogates appear only as \u escapes
     if "NaN" in out or "Infinity" in out:  # a bare token, or the word inside a string
         out = json.dumps(_finite(value))

@@ -28,23 +28,35 @@ async def ticks(
 
 
 class Signal:
-    """A countable event tests can wait on instead of sleeping."""
+    """A countable event tests can wait on instead of sleeping.
+
+    `fire` runs once per job in the worker: it only counts unless someone waits, and then
+    wakes the waiters whose count is reached (no task, no lock per fire)."""
 
     def __init__(self) -> None:
         self.count = 0
-        self._cond = asyncio.Condition()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     def fire(self) -> None:
         self.count += 1
-        task = asyncio.get_running_loop().create_task(self._notify())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _notify(self) -> None:
-        async with self._cond:
-            self._cond.notify_all()
+        if not self._waiters:
+            return
+        waiting = []
+        for n, fut in self._waiters:
+            if self.count < n:
+                waiting.append((n, fut))
+            elif not fut.done():
+                fut.set_result(None)
+        self._waiters = waiting
 
     async def wait_for(self, n: int, within: float = 5.0) -> None:
-        async with asyncio.timeout(within), self._cond:
-            await self._cond.wait_for(lambda: self.count >= n)
+        if self.count >= n:
+            return
+        entry = (n, asyncio.get_running_loop().create_future())
+        self._waiters.append(entry)
+        try:
+            async with asyncio.timeout(within):
+                await entry[1]
+        finally:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(entry)

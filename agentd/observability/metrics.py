@@ -132,6 +132,16 @@ class Telemetry:
         )
         self._watched = _Watched()
         r.register(self._watched)
+        # Label children by (metric, values): prometheus_client's labels() validates and
+        # locks on every call, a few times per job. Nothing here removes a child.
+        self._children: dict[tuple[object, ...], Any] = {}
+
+    def _child(self, metric: Any, *values: str) -> Any:
+        key = (metric, *values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     def watch(self, **sources: object) -> None:
         """Read these at scrape time: `pool`, `renewer`, `reaper`, `worker`."""
@@ -152,13 +162,13 @@ class Telemetry:
     def llm_attempts(self, ctx: TurnNoted, exchanges: Iterable[WireExchange]) -> None:
         model = model_of(ctx)
         for ex in exchanges:
-            self.requests.labels(model=model, status=_status_of(ex)).inc()
+            self._child(self.requests, model, _status_of(ex)).inc()
             if ex.retry_delay is not None:
-                self.retries.labels(status=_status_of(ex)).inc()
+                self._child(self.retries, _status_of(ex)).inc()
 
     def llm_cost(self, *, agent: str, model: str | None, cost: Decimal) -> None:
         """A committed turn's cost (a float here: metrics are not the ledger, loops.cost is)."""
-        self.cost.labels(agent=agent, model=model or "unknown").inc(float(cost))
+        self._child(self.cost, agent, model or "unknown").inc(float(cost))
 
     # --- recorded once per job, by agentd.engine.scopes ----------------------------------
 
@@ -172,17 +182,17 @@ class Telemetry:
         ttft: float | None = None,
         usage: Usage | None = None,
     ) -> None:
-        self.turns.labels(agent=agent, model=model, outcome=outcome).inc()
-        self.turn_seconds.labels(agent=agent, outcome=outcome).observe(seconds)
+        self._child(self.turns, agent, model, outcome).inc()
+        self._child(self.turn_seconds, agent, outcome).observe(seconds)
         if ttft is not None:
-            self.ttft.labels(model=model).observe(ttft)
+            self._child(self.ttft, model).observe(ttft)
         if usage is not None:
-            self.tokens.labels(agent=agent, model=model, type="input").inc(usage.prompt_tokens)
-            self.tokens.labels(agent=agent, model=model, type="output").inc(usage.completion_tokens)
+            self._child(self.tokens, agent, model, "input").inc(usage.prompt_tokens)
+            self._child(self.tokens, agent, model, "output").inc(usage.completion_tokens)
 
     def tool_call_finished(self, outcome: str, *, agent: str, seconds: float) -> None:
-        self.tool_calls.labels(agent=agent, outcome=outcome).inc()
-        self.tool_seconds.labels(agent=agent, outcome=outcome).observe(seconds)
+        self._child(self.tool_calls, agent, outcome).inc()
+        self._child(self.tool_seconds, agent, outcome).observe(seconds)
 
 
 class _Watched(Collector):

@@ -44,8 +44,11 @@ def test_config_agent_has_every_key(monkeypatch: pytest.MonkeyPatch) -> None:
     provider = agent.llm_provider()
     assert provider.api_token == "sk-secret-value" and provider.read_timeout == 120
     servers = agent.mcp_servers()
-    assert servers[0]["api_token"] == "tok" and servers[0]["prefix"] == "billing"
-    assert servers[1]["command"] == ["npx", "server"]
+    assert servers[0].api_token == "tok" and servers[0].prefix == "billing"
+    assert servers[1].command == ["npx", "server"] and servers[1].timeout == 30
+    assert agent.mcp_servers()[0] is servers[0]  # parsed once, not per job
+    monkeypatch.setenv("BILLING_TOKEN", "rotated")
+    assert agent.mcp_servers()[0].api_token == "rotated"
 
 
 @pytest.mark.parametrize(

@@ -3,10 +3,12 @@ without NaN/Infinity or escapes jsonb refuses; clean text passes unchanged."""
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
 
 import asyncpg
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,6 +55,20 @@ def test_any_json_value_dumps_to_text_jsonb_accepts(value: object) -> None:
     # json.loads turns a \u0000 or lone surrogate escape back into the character, and a
     # bare NaN token into a float: jsonb refuses all three.
     assert _jsonb_storable(json.loads(storable.dumps(value)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON_VALUES | st.dictionaries(st.integers(), st.integers(), max_size=3))
+def test_the_fast_encoder_means_what_the_careful_one_means(value: object) -> None:
+    # orjson first, json when orjson refuses (surrogates, big integers, int keys): the two
+    # paths write the same document, whichever one takes a value.
+    assert json.loads(storable.dumps(value)) == json.loads(storable._dumps_stdlib(value))
+
+
+def test_values_json_refuses_are_refused_alike() -> None:
+    for value in ({"d": decimal.Decimal("1.5")}, {1, 2}, object()):
+        with pytest.raises(TypeError):
+            storable.dumps(value)
 
 
 def _jsonb_storable(value: object) -> bool:
