@@ -21,8 +21,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import tempfile
@@ -304,7 +306,10 @@ async def run_agentd(a: argparse.Namespace, llm_url: str, mcp_url: str, tag: str
                         )
 
                     prof = asyncio.create_task(profile())
-                res = await win.measure(a.seconds, a.warmup)
+                if a.interleave:
+                    res = await interleaved(a, win, worker, llm_url, mcp_url)
+                else:
+                    res = await win.measure(a.seconds, a.warmup)
                 # For the sizing table (docs/deployment.md): memory and connections held.
                 res["worker_rss_mib"] = psutil.Process(worker.pid).memory_info().rss / 2**20
                 res["api_rss_mib"] = psutil.Process(api.pid).memory_info().rss / 2**20
@@ -326,6 +331,101 @@ async def run_agentd(a: argparse.Namespace, llm_url: str, mcp_url: str, tag: str
         finally:
             api.terminate()
             api.wait(15)
+    return res
+
+
+async def interleaved(
+    a: argparse.Namespace, win: Window, worker: subprocess.Popen[bytes], llm_url: str, mcp_url: str
+) -> dict[str, Any]:
+    """agentd's worker and the bare loop take turns: `a.interleave` rounds, each a window of
+    one then of the other (`a.seconds / a.interleave` each, after 0.5 s to settle), the idle
+    one stopped with SIGSTOP (windows of at most 3.5 s). Both are measured in the same minutes, so a box whose speed
+    drifts between minutes (a shared VM's does, by ±30 %) moves both alike; one after the
+    other, the drift lands in the ratio. Returns agentd's totals, the bare loop's under
+    "bare"."""
+    window = a.seconds / a.interleave
+    settle = 0.5
+    if window + settle > 4.0:
+        # The stopped one's pooled connections sit idle that long; the fakes (uvicorn) drop
+        # a keep-alive connection idle for 5 s, and a POST on a dropped one fails.
+        raise SystemExit(f"--interleave: {window:.1f} s windows; use at most 3.5 s each")
+    bare = Proc(bare_argv(a, llm_url, mcp_url)).start(30)
+    assert bare.p is not None
+    counter = RESULTS / f"b11-bare-{bare.pid}.count"
+
+    async def bare_count() -> int:
+        try:
+            return int(counter.read_text() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    bare_win = Window(bare_count, {"bare": bare.pid})
+    totals: dict[str, dict[str, float]] = {
+        "agentd": collections.defaultdict(float),
+        "bare": collections.defaultdict(float),
+    }
+
+    rounds: list[dict[str, Any]] = []
+
+    async def one(w: Window, into: dict[str, float], settle: float) -> None:
+        await asyncio.sleep(settle)
+        t0, n0, c0, g0 = await w.snap()
+        await asyncio.sleep(window)
+        t1, n1, c1, g1 = await w.snap()
+        into["seconds"] += t1 - t0
+        into["jobs"] += n1 - n0
+        rounds.append(
+            {
+                "who": next(iter(c0)),
+                "turns_per_s": (n1 - n0) / (t1 - t0),
+                "cpu_ms_per_job": {
+                    k: 1000 * (c1[k] - c0[k]) / (n1 - n0) if n1 > n0 else None for k in c0
+                },
+            }
+        )
+        into["pg"] += g1 - g0
+        for k in c0:
+            into[k] += c1[k] - c0[k]
+
+    try:
+        # agentd warms up with the bare loop stopped at its start (holding no connection);
+        # the bare loop's warmup is its first window's settle plus a short run.
+        os.kill(bare.pid, signal.SIGSTOP)
+        await asyncio.sleep(a.warmup)
+        os.kill(worker.pid, signal.SIGSTOP)
+        os.kill(bare.pid, signal.SIGCONT)
+        await asyncio.sleep(min(a.warmup, 3.0))
+        os.kill(bare.pid, signal.SIGSTOP)
+        os.kill(worker.pid, signal.SIGCONT)
+        for _ in range(a.interleave):
+            await one(win, totals["agentd"], settle)
+            os.kill(worker.pid, signal.SIGSTOP)
+            os.kill(bare.pid, signal.SIGCONT)
+            await one(bare_win, totals["bare"], settle)
+            os.kill(bare.pid, signal.SIGSTOP)
+            os.kill(worker.pid, signal.SIGCONT)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker.pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(bare.pid, signal.SIGCONT)
+        bare.stop()
+        counter.unlink(missing_ok=True)
+
+    def result(t: dict[str, float], cpus: list[str]) -> dict[str, Any]:
+        jobs = t["jobs"]
+        per = lambda x: 1000 * x / jobs if jobs else float("nan")  # noqa: E731
+        return {
+            "jobs": jobs,
+            "turns_per_s": jobs / t["seconds"],
+            "cpu_ms_per_job": {k: per(t[k]) for k in cpus},
+            "pg_cpu_ms_per_job": per(t["pg"]),
+        }
+
+    res = result(totals["agentd"], list(win.pids))
+    res["bare"] = result(totals["bare"], ["bare"])
+    res["bare"]["pg_cpu_ms_per_job"] = 0.0
+    res["interleave"] = {"rounds": a.interleave, "window_s": window, "windows": rounds}
     return res
 
 
@@ -376,22 +476,27 @@ async def run_dbos(a: argparse.Namespace, llm_url: str, mcp_url: str) -> dict[st
     return res
 
 
+_BALLAST: list[dict[str, object]] = []
+
+
+def bare_argv(a: argparse.Namespace, llm_url: str, mcp_url: str) -> list[str]:
+    return [
+        PY,
+        "-m",
+        "bench.b11_userpath",
+        "--bare-child",
+        llm_url,
+        mcp_url,
+        "--concurrency",
+        str(a.concurrency),
+        "--event-loop",
+        a.event_loop,
+    ]
+
+
 async def run_bare(a: argparse.Namespace, llm_url: str, mcp_url: str) -> dict[str, Any]:
     """The bare loop in a child process of its own (so its CPU is counted alone)."""
-    p = Proc(
-        [
-            PY,
-            "-m",
-            "bench.b11_userpath",
-            "--bare-child",
-            llm_url,
-            mcp_url,
-            "--concurrency",
-            str(a.concurrency),
-            "--event-loop",
-            a.event_loop,
-        ]
-    ).start(30)
+    p = Proc(bare_argv(a, llm_url, mcp_url)).start(30)
     counter = RESULTS / f"b11-bare-{p.pid}.count"
 
     async def count() -> int:
@@ -421,6 +526,14 @@ async def run_bare(a: argparse.Namespace, llm_url: str, mcp_url: str) -> dict[st
 
 
 async def bare_child(llm_url: str, mcp_url: str, c: int) -> None:
+    if os.environ.get("BENCH_BARE_BALLAST"):
+        # An experiment: the worker's code and heap beside the bare loop (does a bigger
+        # process run the same HTTP code slower?).
+        import agentd.api.app
+        import agentd.engine.service  # noqa: F401
+
+        global _BALLAST
+        _BALLAST = [{"k": i, "v": [str(i)] * 3} for i in range(300_000)]
     loop = workload.BareLoop(llm_url, mcp_url)
     counter = RESULTS / f"b11-bare-{os.getpid()}.count"
     print("LISTENING 0", flush=True)
@@ -455,7 +568,10 @@ async def main_async(a: argparse.Namespace) -> None:
         if not a.agentd_only and not a.skip_dbos:
             out["dbos"] = await run_dbos(a, llm_url, mcp_url)
             print(f"  DBOS:   {out['dbos']['turns_per_s']:.1f} turns/s", flush=True)
-        if not a.agentd_only:
+        if "bare" in out["agentd"]:  # --interleave: measured with agentd, turn about
+            out["bare"] = out["agentd"].pop("bare")
+            print(f"  bare:   {out['bare']['turns_per_s']:.1f} turns/s (interleaved)", flush=True)
+        elif not a.agentd_only:
             out["bare"] = await run_bare(a, llm_url, mcp_url)
             print(f"  bare:   {out['bare']['turns_per_s']:.1f} turns/s", flush=True)
     finally:
@@ -557,6 +673,14 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=5)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--agentd-only", action="store_true")
+    p.add_argument(
+        "--interleave",
+        type=int,
+        default=0,
+        metavar="N",
+        help="measure agentd and the bare loop turn about, N windows each of --seconds/N"
+        " (the other stopped), instead of one after the other",
+    )
     p.add_argument(
         "--skip-dbos", action="store_true", help="agentd and the bare loop only (for iterating)"
     )
