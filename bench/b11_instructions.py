@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import secrets
 import shutil
@@ -37,6 +38,7 @@ from bench.b11_userpath import (
     SrcDB,
     agentd_env,
     bare_argv,
+    bare_env,
     free_port,
     rules,
     spawn,
@@ -44,7 +46,7 @@ from bench.b11_userpath import (
     toml_agent,
     wait_http,
 )
-from bench.common import PY, RESULTS, ThrowawayDB, fake_llm, fake_mcp, save, table
+from bench.common import PY, RESULTS, ROOT, ThrowawayDB, fake_llm, fake_mcp, save, table
 
 VALGRIND = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--vgdb=yes"]
 
@@ -154,7 +156,11 @@ async def measure_bare(a: argparse.Namespace, llm_url: str, mcp_url: str) -> dic
     argv = [*VALGRIND, f"--callgrind-out-file={prefix}.%p", *bare_argv(a, llm_url, mcp_url)]
     log = open(RESULTS / "b11i-bare.log", "ab")
     p = subprocess.Popen(  # noqa: ASYNC220 (a bench driver: the spawn is instant)
-        argv, stdout=log, stderr=subprocess.STDOUT, cwd=str(Path(__file__).parent.parent)
+        argv,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=str(ROOT),
+        env={**os.environ, "PYTHONPATH": str(ROOT), **bare_env(a)},
     )
     counter = RESULTS / f"b11-bare-{p.pid}.count"
 

@@ -349,7 +349,7 @@ async def interleaved(
         # The stopped one's pooled connections sit idle that long; the fakes (uvicorn) drop
         # a keep-alive connection idle for 5 s, and a POST on a dropped one fails.
         raise SystemExit(f"--interleave: {window:.1f} s windows; use at most 3.5 s each")
-    bare = Proc(bare_argv(a, llm_url, mcp_url)).start(30)
+    bare = Proc(bare_argv(a, llm_url, mcp_url), env=bare_env(a)).start(30)
     assert bare.p is not None
     counter = RESULTS / f"b11-bare-{bare.pid}.count"
 
@@ -480,8 +480,11 @@ _BALLAST: list[dict[str, object]] = []
 
 
 def bare_argv(a: argparse.Namespace, llm_url: str, mcp_url: str) -> list[str]:
+    """The bare loop's command; with --agentd-src it runs that tree's HTTP client code too
+    (see `bare_env`), so a before/after compares like with like."""
     return [
         PY,
+        *(["-P"] if getattr(a, "agentd_src", None) else []),  # not this checkout from the cwd
         "-m",
         "bench.b11_userpath",
         "--bare-child",
@@ -494,9 +497,14 @@ def bare_argv(a: argparse.Namespace, llm_url: str, mcp_url: str) -> list[str]:
     ]
 
 
+def bare_env(a: argparse.Namespace) -> dict[str, str]:
+    src = getattr(a, "agentd_src", None)
+    return {"PYTHONPATH": f"{src}{os.pathsep}{ROOT}"} if src else {}
+
+
 async def run_bare(a: argparse.Namespace, llm_url: str, mcp_url: str) -> dict[str, Any]:
     """The bare loop in a child process of its own (so its CPU is counted alone)."""
-    p = Proc(bare_argv(a, llm_url, mcp_url)).start(30)
+    p = Proc(bare_argv(a, llm_url, mcp_url), env=bare_env(a)).start(30)
     counter = RESULTS / f"b11-bare-{p.pid}.count"
 
     async def count() -> int:

@@ -36,14 +36,28 @@ def _mapped(timeout_error: type[Exception], os_error: type[Exception]) -> Iterat
         raise os_error(str(exc) or type(exc).__name__) from exc
 
 
+# Writes are held up to this many bytes and go out together before the next read: httpcore
+# writes a request's head, then its body, then reads the response, so a request is one
+# send() (one syscall, one packet on a TCP_NODELAY socket) instead of two. A larger body
+# still goes out as it is written, with back-pressure.
+_HOLD_BYTES = 64 * 1024
+
+
 class AsyncioStream(httpcore.AsyncNetworkStream):
     """One TCP (or TLS) connection as asyncio's StreamReader/StreamWriter."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader = reader
         self._writer = writer
+        self._held: list[bytes] = []
+        self._held_bytes = 0
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        if self._held:
+            # As httpcore does with a failed request write: the server may have answered
+            # and closed early, so read its response (or the close) rather than fail here.
+            with contextlib.suppress(httpcore.WriteError):
+                await self._flush(timeout)
         with _mapped(httpcore.ReadTimeout, httpcore.ReadError):
             if timeout is None:
                 return await self._reader.read(max_bytes)
@@ -53,6 +67,18 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
             return
+        if self._writer.transport.is_closing():  # fail now, as an unheld write would
+            with _mapped(httpcore.WriteTimeout, httpcore.WriteError):
+                raise ConnectionResetError("connection closed")
+        self._held.append(buffer)
+        self._held_bytes += len(buffer)
+        if self._held_bytes >= _HOLD_BYTES:
+            await self._flush(timeout)
+
+    async def _flush(self, timeout: float | None) -> None:
+        buffer = self._held[0] if len(self._held) == 1 else b"".join(self._held)
+        self._held = []
+        self._held_bytes = 0
         with _mapped(httpcore.WriteTimeout, httpcore.WriteError):
             if self._writer.transport.is_closing():
                 raise ConnectionResetError("connection closed")

@@ -182,6 +182,39 @@ async def test_the_stream_maps_write_errors() -> None:
             await stream.write(b"GET / HTTP/1.1\r\n\r\n", timeout=1)
 
 
+async def test_a_request_goes_out_whole_before_the_response_is_read() -> None:
+    # Head and body are held and sent together when the response is read; a body past
+    # the hold limit is sent as it is written (it must not wait in memory for the read).
+    got: list[bytes] = []
+    second = asyncio.Event()
+
+    async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            got.append(await _read_request(reader))
+            if len(got) == 2:
+                second.set()
+            writer.write(OK)
+            await writer.drain()
+
+    async with Server(record) as s:
+        port = int(s.url.rsplit(":", 1)[1].strip("/"))
+        stream = await http_pool.AsyncioBackend().connect_tcp("127.0.0.1", port, timeout=5)
+        await stream.write(b"POST / HTTP/1.1\r\nContent-Length: 4\r\n\r\n", timeout=1)
+        await stream.write(b"body", timeout=1)
+        assert stream._held_bytes == 42  # type: ignore[attr-defined]
+        assert await stream.read(2, timeout=5) == OK[:2]
+        assert stream._held_bytes == 0  # type: ignore[attr-defined]
+        big = b"x" * (http_pool._HOLD_BYTES + 1)
+        await stream.write(b"POST / HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(big), timeout=1)
+        await stream.write(big, timeout=5)
+        assert stream._held_bytes == 0  # type: ignore[attr-defined]
+        # The server gets the whole body although the client has not read: it was not held.
+        await asyncio.wait_for(second.wait(), 5)
+        assert got[1].endswith(big)
+        await stream.aclose()
+    assert got[0].endswith(b"\r\n\r\nbody")
+
+
 @pytest.fixture
 def tls(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     if shutil.which("openssl") is None:
