@@ -716,6 +716,9 @@ def main() -> None:
     # what `agentd` picks by default; DBOS on asyncio's own, its best.
     p.add_argument("--event-loop", default="auto", choices=["auto", "asyncio", "uvloop"])
     a = p.parse_args()
+    if a.interleave and a.profile:
+        # py-spy would sample the worker while it is stopped, half the window.
+        p.error("--profile needs the sequential windows: drop --interleave")
     if a.bare_child:
         with asyncio.Runner(loop_factory=event_loop.factory(a.event_loop)) as runner:
             runner.run(bare_child(*a.bare_child, a.concurrency))
