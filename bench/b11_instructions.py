@@ -38,6 +38,7 @@ from bench.b11_userpath import (
     SrcDB,
     agentd_env,
     bare_argv,
+    bare_counter,
     bare_env,
     free_port,
     rules,
@@ -99,6 +100,21 @@ def dump_total(pid: int, prefix: Path) -> int:
     return sum(found)
 
 
+def result(
+    a: argparse.Namespace, work: Path, jobs: int, seconds: float, total: int
+) -> dict[str, Any]:
+    """One process's figures; its dumps are removed unless --keep."""
+    if not a.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return {
+        "dump_dir": str(work) if a.keep else None,
+        "jobs": jobs,
+        "seconds": seconds,
+        "instructions": total,
+        "ir_per_job": total / jobs,
+    }
+
+
 async def measure_agentd(a: argparse.Namespace, llm_url: str, mcp_url: str) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="b11i-"))
     config = work / "agentd.toml"
@@ -139,15 +155,7 @@ async def measure_agentd(a: argparse.Namespace, llm_url: str, mcp_url: str) -> d
         finally:
             api.terminate()
             api.wait(15)
-    if not a.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    return {
-        "dump_dir": str(work) if a.keep else None,
-        "jobs": jobs,
-        "seconds": seconds,
-        "instructions": total,
-        "ir_per_job": total / jobs,
-    }
+    return result(a, work, jobs, seconds, total)
 
 
 async def measure_bare(a: argparse.Namespace, llm_url: str, mcp_url: str) -> dict[str, Any]:
@@ -162,13 +170,7 @@ async def measure_bare(a: argparse.Namespace, llm_url: str, mcp_url: str) -> dic
         cwd=str(ROOT),
         env={**os.environ, "PYTHONPATH": str(ROOT), **bare_env(a)},
     )
-    counter = RESULTS / f"b11-bare-{p.pid}.count"
-
-    async def count() -> int:
-        try:
-            return int(counter.read_text() or 0)
-        except (FileNotFoundError, ValueError):
-            return 0
+    counter, count = bare_counter(p.pid)
 
     try:
         jobs, seconds = await window(
@@ -179,15 +181,7 @@ async def measure_bare(a: argparse.Namespace, llm_url: str, mcp_url: str) -> dic
         p.terminate()
         p.wait(60)
         counter.unlink(missing_ok=True)
-        if not a.keep:
-            shutil.rmtree(work, ignore_errors=True)
-    return {
-        "dump_dir": str(work) if a.keep else None,
-        "jobs": jobs,
-        "seconds": seconds,
-        "instructions": total,
-        "ir_per_job": total / jobs,
-    }
+    return result(a, work, jobs, seconds, total)
 
 
 async def main_async(a: argparse.Namespace) -> None:

@@ -30,6 +30,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -351,14 +352,7 @@ async def interleaved(
         raise SystemExit(f"--interleave: {window:.1f} s windows; use at most 3.5 s each")
     bare = Proc(bare_argv(a, llm_url, mcp_url), env=bare_env(a)).start(30)
     assert bare.p is not None
-    counter = RESULTS / f"b11-bare-{bare.pid}.count"
-
-    async def bare_count() -> int:
-        try:
-            return int(counter.read_text() or 0)
-        except (FileNotFoundError, ValueError):
-            return 0
-
+    counter, bare_count = bare_counter(bare.pid)
     bare_win = Window(bare_count, {"bare": bare.pid})
     totals: dict[str, dict[str, float]] = {
         "agentd": collections.defaultdict(float),
@@ -497,6 +491,20 @@ def bare_argv(a: argparse.Namespace, llm_url: str, mcp_url: str) -> list[str]:
     ]
 
 
+def bare_counter(pid: int) -> tuple[Path, Callable[[], Awaitable[int]]]:
+    """The file a bare-loop child (`bare_child`) keeps its finished jobs in, and a reader
+    of it (0 until the first report)."""
+    counter = RESULTS / f"b11-bare-{pid}.count"
+
+    async def count() -> int:
+        try:
+            return int(counter.read_text() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    return counter, count
+
+
 def bare_env(a: argparse.Namespace) -> dict[str, str]:
     src = getattr(a, "agentd_src", None)
     return {"PYTHONPATH": f"{src}{os.pathsep}{ROOT}"} if src else {}
@@ -505,13 +513,7 @@ def bare_env(a: argparse.Namespace) -> dict[str, str]:
 async def run_bare(a: argparse.Namespace, llm_url: str, mcp_url: str) -> dict[str, Any]:
     """The bare loop in a child process of its own (so its CPU is counted alone)."""
     p = Proc(bare_argv(a, llm_url, mcp_url), env=bare_env(a)).start(30)
-    counter = RESULTS / f"b11-bare-{p.pid}.count"
-
-    async def count() -> int:
-        try:
-            return int(counter.read_text() or 0)
-        except (FileNotFoundError, ValueError):
-            return 0
+    counter, count = bare_counter(p.pid)
 
     try:
         if a.profile:
@@ -543,7 +545,7 @@ async def bare_child(llm_url: str, mcp_url: str, c: int) -> None:
         global _BALLAST
         _BALLAST = [{"k": i, "v": [str(i)] * 3} for i in range(300_000)]
     loop = workload.BareLoop(llm_url, mcp_url)
-    counter = RESULTS / f"b11-bare-{os.getpid()}.count"
+    counter, _ = bare_counter(os.getpid())
     print("LISTENING 0", flush=True)
 
     async def worker() -> None:

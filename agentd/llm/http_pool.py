@@ -68,8 +68,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         if not buffer:
             return
         if self._writer.transport.is_closing():  # fail now, as an unheld write would
-            with _mapped(httpcore.WriteTimeout, httpcore.WriteError):
-                raise ConnectionResetError("connection closed")
+            raise httpcore.WriteError("connection closed")
         self._held.append(buffer)
         self._held_bytes += len(buffer)
         if self._held_bytes >= _HOLD_BYTES:
