@@ -11,16 +11,21 @@ was decoded from, so the rest of the text is stored as it was. See docs/security
 
 Cheap on the hot path: every detector is gated by a substring test, and a decoded view is
 built only when the text holds an escape beyond the `\\n` / `\\"` every JSON body is full of.
+A JSON-like document is first tested whole, serialized: when no gate opens on it, none
+opens on any string inside it, and it is returned as it was without a walk.
 """
 
 from __future__ import annotations
 
 import base64
 import bisect
+import collections
 import re
 import string
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
+
+import orjson
 
 MASK = "[REDACTED]"
 _SECRET_HEADERS = {
@@ -104,6 +109,21 @@ _pinned: frozenset[str] = frozenset()
 _FIXED_NEEDLES = tuple(n for n, lower, _ in _PATTERNS if not lower) + _SHAPED_CORES
 _LOWER_NEEDLES = tuple(n for n, lower, _ in _PATTERNS if lower)
 _needles: tuple[str, ...] = _FIXED_NEEDLES
+# A document's keys that mask their value whatever it holds, as they appear serialized.
+_QUOTED_KEYS = tuple(f'"{k}"' for k in sorted(_SECRET_KEYS))
+# Characters JSON escapes: a needle holding one does not appear as itself in a serialized
+# document, so the whole-document test (`_clean_document`) is off while such a secret is known.
+_JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')
+_whole_ok = True
+
+# The texts `text` returned lately, by id, held so the id stays theirs: a text is
+# immutable, so the same object against the same known secrets gets the same answer, and
+# the last-line scrub of what a transport already redacted costs a lookup. Bounded in
+# count and characters; emptied whenever the known secrets change.
+_RECENT_COUNT = 4096
+_RECENT_CHARS = 4_000_000
+_recent: collections.OrderedDict[int, str] = collections.OrderedDict()
+_recent_chars = 0
 
 
 def remember(*values: str | None, pin: bool = False) -> None:
@@ -132,11 +152,36 @@ def forget_all() -> None:
 
 
 def _set_known(known: dict[str, tuple[str, ...]]) -> None:
-    global _known, _known_items, _needles
+    global _known, _known_items, _needles, _whole_ok
     needles = dict.fromkeys(_FIXED_NEEDLES)
     for secret, cores in known.items():
         needles.update(dict.fromkeys((secret, *cores)))
     _known, _known_items, _needles = known, tuple(known.items()), tuple(needles)
+    _whole_ok = not any(_JSON_ESCAPED.search(n) for n in _needles)
+    _forget_recent()
+
+
+def _forget_recent() -> None:
+    global _recent_chars
+    _recent.clear()
+    _recent_chars = 0
+
+
+def _clean(value: str) -> str:
+    """`value`, which `text` found nothing to mask in, noted as such (`text` of the same
+    object would return it unchanged again, until the known secrets change)."""
+    global _recent_chars
+    n = len(value)
+    if n > _RECENT_CHARS // 16 or _recent.get(id(value)) is value:
+        return value
+    _recent[id(value)] = value
+    _recent_chars += n
+    while _recent and (len(_recent) > _RECENT_COUNT or _recent_chars > _RECENT_CHARS):
+        try:
+            _recent_chars -= len(_recent.popitem(last=False)[1])
+        except KeyError:  # emptied meanwhile (another thread's log line)
+            break
+    return value
 
 
 def _b64_cores(secret: str) -> tuple[str, ...]:
@@ -361,28 +406,63 @@ def _find_all(text: str, needle: str, out: list[tuple[int, int]]) -> list[tuple[
 
 def _may_hold(value: str) -> bool:
     """False when no detector can match `value` or any view of it (see `_needles`)."""
-    for needle in _needles:
-        if needle in value:
-            return True
+    # map() over a bound __contains__: the needle loop runs in C, not as bytecode.
+    if any(map(value.__contains__, _needles)):
+        return True
     if ("\\" in value or "%" in value) and _NOT_PLAIN.search(value) is not None:
         return True
     if "data:" in value and '"' in value:
         return True
-    low = value.lower()
-    return any(needle in low for needle in _LOWER_NEEDLES)
+    return any(map(value.lower().__contains__, _LOWER_NEEDLES))
 
 
-def text(value: str) -> str:
-    """`value` with every secret in it, in any form it decodes to, replaced by MASK."""
-    if not value or not _may_hold(value):
+def _clean_document(value: dict[Any, Any] | list[Any], also: Sequence[str]) -> bool:
+    """True when scrubbing `value` cannot change it: serialized, it holds no needle, no
+    escape a view could start from, no secret key and none of `also`. Each string of the
+    document appears in the serialization as itself, but for the characters JSON escapes
+    (a quote or backslash escaped is still a backslash: `_NOT_PLAIN` sees it), so a gate
+    closed on the whole is closed on every part. False when it cannot tell."""
+    if not _whole_ok:
+        return False
+    try:
+        blob = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:  # a value JSON cannot hold (orjson.JSONEncodeError is one)
+        return False
+    return json_is_clean(blob, also=also)
+
+
+def json_is_clean(blob: str, *, also: Sequence[str] = ()) -> bool:
+    """True when scrubbing the value whose JSON text (or a run of whole members or elements
+    of it) is `blob` cannot change it: `_clean_document`'s test, on a text already made.
+    The text must be JSON as `json.dumps(..., ensure_ascii=False)` or orjson writes it (a
+    string is itself there but for the characters JSON escapes). False when it cannot tell."""
+    if not _whole_ok or any(_JSON_ESCAPED.search(s) for s in also):
+        return False
+    if _may_hold(blob) or any(map(blob.__contains__, also)):
+        return False
+    if any(map(blob.lower().__contains__, _QUOTED_KEYS)):
+        return False
+    _clean(blob)  # `text` of it gives it back: a wire-log piece stored as sent
+    return True
+
+
+def text(value: str, *, also: Sequence[str] = ()) -> str:
+    """`value` with every secret in it, in any form it decodes to, replaced by MASK;
+    `also`: literal secrets to mask first (a provider key this call was given)."""
+    for secret in also:
+        if secret and secret in value:
+            value = value.replace(secret, MASK)
+    if _recent.get(id(value)) is value:
         return value
+    if not value or not _may_hold(value):
+        return _clean(value)
     spans: list[tuple[int, int]] = []
     for view in _views(value):
         for a, b in _found(view.text):
             if b > a:
                 spans.extend(view.spans(a, b))
     if not spans:
-        return value
+        return _clean(value)
     spans.sort()
     out: list[str] = []
     pos = 0
@@ -393,28 +473,36 @@ def text(value: str) -> str:
         out.append(MASK)
         pos = max(pos, e)
     out.append(value[pos:])
-    return "".join(out)
+    return "".join(out)  # not noted: only a text found clean as it is gives itself back
 
 
 def headers(h: dict[str, str] | Any) -> dict[str, str]:
     return {k: (MASK if k.lower() in _SECRET_HEADERS else text(str(v))) for k, v in dict(h).items()}
 
 
-def scrub(value: Any, *, _depth: int = 0) -> Any:
-    """Recursively mask secrets in a JSON-like value."""
+def scrub(value: Any, *, also: Sequence[str] = (), whole: bool = True, _depth: int = 0) -> Any:
+    """Recursively mask secrets in a JSON-like value (`also`: as in `text`). A document
+    nothing in which can be masked is returned itself, not copied. `whole`: test the
+    document serialized first (`_clean_document`), the cheaper way for texts not redacted
+    before; without it, each text `text` returned lately costs a lookup, the cheaper way
+    for a document built of them (the store's last-line scrub of wire logs)."""
     if _depth > 50:
         return value
     if isinstance(value, str):
-        return text(value)
+        return text(value, also=also)
     if isinstance(value, dict):
+        if _depth == 0 and whole and _clean_document(value, also):
+            return value
         out = {}
         for k, v in value.items():
             secret = isinstance(k, str) and k.lower() in _SECRET_KEYS
             if secret and isinstance(v, str) and v:
                 out[k] = MASK
             else:
-                out[k] = scrub(v, _depth=_depth + 1)
+                out[k] = scrub(v, also=also, _depth=_depth + 1)
         return out
     if isinstance(value, list | tuple):
-        return [scrub(v, _depth=_depth + 1) for v in value]
+        if _depth == 0 and whole and isinstance(value, list) and _clean_document(value, also):
+            return value
+        return [scrub(v, also=also, _depth=_depth + 1) for v in value]
     return value

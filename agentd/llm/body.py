@@ -62,6 +62,9 @@ class Body:
 
     text: str
     payload: dict[str, Any]
+    # (head, tail) of the conversation list's frame when `encode` built the text from it
+    # (`frame`): the wire log splits the text with it instead of encoding the frame again.
+    head_tail: tuple[str, str] | None = None
 
     @functools.cached_property
     def data(self) -> bytes:  # sent, hashed and measured: encoded once
@@ -122,10 +125,10 @@ def encode(payload: dict[str, Any], elements: dict[int, str] | None = None) -> B
                 and len(items) == len(joined[1])
                 and all(map(operator.is_, items, joined[1]))
             ):
-                return Body(text=head + joined[2] + tail, payload=payload)
+                return Body(text=head + joined[2] + tail, payload=payload, head_tail=(head, tail))
             assert elements is not None
             text = ",".join([elements.get(id(v)) or dumps(v) for v in items])
-            return Body(text=head + text + tail, payload=payload)
+            return Body(text=head + text + tail, payload=payload, head_tail=(head, tail))
     return Body(text=dumps(payload), payload=payload)
 
 
@@ -148,11 +151,11 @@ def split(b: Body, known_prefix: list[str] | None = None) -> tuple[list[str], in
         n = len(known_prefix) - 1  # elements in the prefix
         prefix = "".join(known_prefix)
         if b.text.startswith(prefix):
-            _, tail = frame(b.payload, key)
+            _, tail = b.head_tail or frame(b.payload, key)
             out = [*known_prefix, *(element(v, i == 0) for i, v in enumerate(items[n:], n)), tail]
             if "".join(out) == b.text:
                 return out, len(known_prefix)
-    head, tail = frame(b.payload, key)
+    head, tail = b.head_tail or frame(b.payload, key)
     out = [head, *(element(v, i == 0) for i, v in enumerate(items)), tail]
     if "".join(out) != b.text:
         return [b.text], 0

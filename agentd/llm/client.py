@@ -74,16 +74,8 @@ class _Capture:
 
 
 def _mask(value: Any, secrets: list[str]) -> Any:
-    """Mask literal secrets anywhere in a JSON-like value (after the pattern-based redaction)."""
-    if isinstance(value, str):
-        for secret in secrets:
-            value = value.replace(secret, redact.MASK)
-        return redact.text(value)
-    if isinstance(value, dict):
-        return {k: _mask(v, secrets) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_mask(v, secrets) for v in value]
-    return value
+    """Mask this call's literal secrets, then every pattern, anywhere in a JSON-like value."""
+    return redact.scrub(value, also=secrets)
 
 
 class LLMClient:
@@ -170,7 +162,7 @@ class LLMClient:
                 request_headers=_mask(redact.headers(call.headers), call.secrets),
                 request_body=None,  # redacted piece by piece when logged (pipeline/wire.py)
                 request_wire=call.body,
-                request_redact=lambda value, s=call.secrets: _mask(redact.scrub(value), s),
+                request_secrets=tuple(call.secrets),
             )
             call.exchanges.append(exchange)
             started = time.monotonic()

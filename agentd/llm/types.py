@@ -91,10 +91,10 @@ class WireExchange:
     duration: float = 0.0
     error: str | None = None
     retry_delay: float | None = None  # the wait before the next attempt, if one followed
-    # The body exactly as sent (llm/body.py) and how to redact a JSON value of it for the
-    # wire log; pipeline/wire.py stores it as a reference to the loop's shared pieces.
+    # The body exactly as sent (llm/body.py), stored by pipeline/wire.py as a reference to
+    # the loop's shared pieces, redacted (with these literal secrets too: a provider key).
     request_wire: Any = None
-    request_redact: Any = None
+    request_secrets: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
 
 @dataclass

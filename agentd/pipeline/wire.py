@@ -26,6 +26,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from agentd import redact
 from agentd.llm import body as wire_body
 from agentd.llm.types import WireExchange
 from agentd.store.models import NewEvent
@@ -117,7 +118,7 @@ def encode(
     when the body starts with the hint's pieces (a prompt that extends the last one) even
     the bookkeeping skips them."""
     b: wire_body.Body = ex.request_wire
-    redact = ex.request_redact or (lambda v: v)
+    secrets = ex.request_secrets
     base = hint.pieces if hint is not None else []
     texts, same = wire_body.split(b, hint.texts[:-1] if hint is not None else None)
     if hint is not None and same:
@@ -145,15 +146,18 @@ def encode(
         text = texts[i]
         k = known.get(text)
         if k is None:
-            if whole or list_key is None:
-                safe = wire_body.dumps(redact(b.payload))
+            if redact.json_is_clean(text, also=secrets):
+                safe = text  # nothing in it to mask: stored as sent, not encoded again
+            elif whole or list_key is None:
+                safe = wire_body.dumps(redact.scrub(b.payload, also=secrets))
             elif i == 0 or i == last:
                 if frame is None:
-                    frame = wire_body.frame(redact({**b.payload, list_key: []}), list_key)
+                    emptied = {**b.payload, list_key: []}
+                    frame = wire_body.frame(redact.scrub(emptied, also=secrets), list_key)
                 safe = frame[0] if i == 0 else frame[1]
             else:
                 assert items is not None
-                safe = wire_body.element(redact(items[i - 1]), i == 1)
+                safe = wire_body.element(redact.scrub(items[i - 1], also=secrets), i == 1)
             k = key_of(safe)
             if safe != text:
                 stored[k] = safe

@@ -38,9 +38,9 @@ def _request_data(data: Any) -> Any:
     """Scrubbed, except a new-form row's parts: those were redacted piece by piece (and
     scrubbing them would cost O(history) per turn — they are text, not structure)."""
     if isinstance(data, dict) and "parts" in data:
-        rest = redact.scrub({k: v for k, v in data.items() if k != "parts"})
+        rest = redact.scrub({k: v for k, v in data.items() if k != "parts"}, whole=False)
         return {**rest, "parts": {k: redact.text(v) for k, v in data["parts"].items()}}
-    return redact.scrub(data)
+    return redact.scrub(data, whole=False)
 
 
 def columns(events: Sequence[NewEvent]) -> list[list[object]]:
@@ -56,7 +56,7 @@ def columns(events: Sequence[NewEvent]) -> list[list[object]]:
             redact.text(e.url) if e.url else None,
             e.status,
             _request_data(e.request_data),
-            redact.scrub(e.response_data),
+            redact.scrub(e.response_data, whole=False),
             e.duration,
             redact.text(e.log) if e.log else None,
             e.tool_call_id,

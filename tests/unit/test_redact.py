@@ -53,3 +53,94 @@ def _full_path() -> Iterator[None]:
         yield
     finally:
         redact._may_hold = saved  # type: ignore[assignment]
+
+
+# A document is first tested whole, serialized (`_clean_document`): on any document, what
+# scrub returns is what the walk over every string and key returns.
+_KEYS = st.sampled_from(["a", "Token", "api_key", "x", "data", "k\u212a", "tok\\en", "1"])
+_DOCS = st.recursive(
+    st.one_of(
+        # Clean strings often, so that whole documents often pass the test unwalked.
+        st.sampled_from(
+            ["", "x", "plain words", "k", "0 1", "Token", "d\u0131ata", "a literal-secret-1"]
+        ),
+        st.lists(_PIECES, max_size=3).map("".join),
+        st.integers(),
+        st.none(),
+        st.booleans(),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(_KEYS, inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(doc=st.dictionaries(_KEYS, _DOCS, max_size=5) | st.lists(_DOCS, max_size=4))
+def test_the_whole_document_test_never_changes_the_answer(doc: object) -> None:
+    redact.remember("canary123456")
+    with _walk_only():
+        expected = redact.scrub(doc, also=["literal-secret-1"])
+    assert redact.scrub(doc, also=["literal-secret-1"]) == expected
+    # Walked again, each text found clean before is looked up, not scanned: the same answer.
+    assert redact.scrub(doc, also=["literal-secret-1"], whole=False) == expected
+    assert redact.scrub(doc, whole=False) == redact.scrub(doc)
+
+
+def test_a_clean_document_is_returned_itself_and_a_dirty_one_masked() -> None:
+    clean = {"role": "assistant", "content": "the sum is 5", "n": [1, 2.5, None]}
+    assert redact.scrub(clean) is clean
+    dirty = {"role": "user", "content": ["call it with literal-secret-1 please"]}
+    out = redact.scrub(dirty, also=["literal-secret-1"])
+    assert out == {"role": "user", "content": [f"call it with {redact.MASK} please"]}
+    keyed = {"nested": {"Api_Key": "whatever-it-is"}}
+    assert redact.scrub(keyed) == {"nested": {"Api_Key": redact.MASK}}
+
+
+def test_a_secret_json_escapes_turns_the_whole_document_test_off() -> None:
+    # A quote inside a known secret is escaped when serialized: the document must be walked.
+    secret = 'quote"d-secret-value'
+    redact.remember(secret)
+    try:
+        assert redact.scrub({"x": f"echo {secret}"}) == {"x": f"echo {redact.MASK}"}
+        assert redact.scrub(["a", {"y": secret}], also=['also"quoted']) == ["a", {"y": redact.MASK}]
+    finally:
+        redact.forget_all()
+
+
+@contextlib.contextmanager
+def _walk_only() -> Iterator[None]:
+    saved = redact._clean_document
+    redact._clean_document = lambda value, also: False  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        redact._clean_document = saved  # type: ignore[assignment]
+
+
+def test_a_text_found_clean_is_looked_up_until_the_known_secrets_change() -> None:
+    redact.forget_all()
+    value = "".join(["an echo of ", "later-secret-123"])  # a fresh object, not interned
+    assert redact.text(value) is value
+    assert redact._recent.get(id(value)) is value
+    # A new secret empties the record: the same object is scanned again and masked.
+    redact.remember("later-secret-123")
+    try:
+        assert redact.text(value) == f"an echo of {redact.MASK}"
+        # The store's walk (whole=False) masks it too, and a masked result is not recorded.
+        assert redact.scrub({"raw": value}, whole=False) == {"raw": f"an echo of {redact.MASK}"}
+        assert all(v != f"an echo of {redact.MASK}" for v in redact._recent.values())
+    finally:
+        redact.forget_all()
+
+
+def test_the_record_of_clean_texts_is_bounded() -> None:
+    redact.forget_all()
+    texts = ["".join(["t", str(i)]) for i in range(redact._RECENT_COUNT + 50)]
+    for t in texts:
+        redact.text(t)
+    assert len(redact._recent) == redact._RECENT_COUNT
+    big = "x" * (redact._RECENT_CHARS // 16 + 1)
+    assert redact.text(big) is big and id(big) not in redact._recent

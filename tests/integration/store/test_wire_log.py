@@ -6,6 +6,7 @@ hints — while each turn writes only its new pieces; secrets are stored redacte
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 import uuid
@@ -54,7 +55,6 @@ def exchange(payload: dict[str, Any], attempt: int = 1) -> WireExchange:
         request_headers={"content-type": "application/json"},
         request_body=None,
         request_wire=body.encode(payload),
-        request_redact=redact.scrub,
         status=200,
         response_body="{}",
     )
@@ -182,6 +182,27 @@ async def test_secrets_are_stored_redacted_and_flagged(pool: Pool) -> None:
         assert ref["redacted"] is True and ref["verified"] is True  # against what is stored
         assert redact.MASK in e.request_data["body"]["messages"][0]["content"]
         assert e.request_data["body"]["messages"][1]["password"] == redact.MASK
+
+
+async def test_a_calls_literal_secret_is_masked_in_the_pieces_too(pool: Pool) -> None:
+    """The provider key a call was given (`request_secrets`) is masked wherever it echoes,
+    even in a shape no pattern knows and with no process-wide record of it."""
+    wire.forget()
+    async with connection(pool) as conn:
+        lid = (await factories.loop(conn)).id
+    literal = "plain-literal-key-0042"
+    ex = dataclasses.replace(
+        exchange({"model": "m", "messages": [{"role": "user", "content": f"echo {literal}"}]}),
+        request_secrets=(literal,),
+    )
+    await store(pool, wire.llm_events([ex], loop_id=lid, token=uuid.uuid4()))
+    async with connection(pool) as conn:
+        leaked = await conn.fetchval(
+            "SELECT count(*) FROM wire_parts WHERE body LIKE '%plain-literal-key%'"
+        )
+        (e,) = await events.list_(conn, loop_id=lid)
+    assert leaked == 0
+    assert e.request_data["body"]["messages"][0]["content"] == f"echo {redact.MASK}"
 
 
 async def test_old_form_rows_read_as_they_are(pool: Pool) -> None:

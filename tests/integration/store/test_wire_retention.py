@@ -9,7 +9,6 @@ from datetime import timedelta
 
 import pytest
 
-from agentd import redact
 from agentd.db.pool import Pool, connection, transaction
 from agentd.engine.janitor import Janitor
 from agentd.llm import body
@@ -31,7 +30,6 @@ async def turn(pool: Pool, loop_id: uuid.UUID, msgs: list[dict[str, str]]) -> No
         request_headers={},
         request_body=None,
         request_wire=body.encode({"model": "m", "messages": list(msgs)}),
-        request_redact=redact.scrub,
     )
     evs = [
         *wire.llm_events([ex], loop_id=loop_id, token=token),
