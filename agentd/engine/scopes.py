@@ -46,25 +46,30 @@ def turn(
 ) -> Iterator[None]:
     loop = ctx.loop
     started = time.monotonic()
-    attributes = {
-        "gen_ai.operation.name": "chat",
-        "gen_ai.conversation.id": str(loop.id),
-        "gen_ai.agent.name": loop.agent,
-        "agentd.loop_id": str(loop.id),
-        "agentd.step": loop.step_count + 1,
-        "agentd.worker": worker,
-    }
-    with (
-        tracing.span("chat", client=True, attributes=attributes) as span,
-        structlog.contextvars.bound_contextvars(
-            loop_id=str(loop.id),
+    loop_id = str(loop.id)
+    step = loop.step_count + 1
+    attributes = (
+        None
+        if tracing.off()  # no span to describe: the attributes are not built
+        else {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.conversation.id": loop_id,
+            "gen_ai.agent.name": loop.agent,
+            "agentd.loop_id": loop_id,
+            "agentd.step": step,
+            "agentd.worker": worker,
+        }
+    )
+    with tracing.span("chat", client=True, attributes=attributes) as span:
+        # structlog's bound_contextvars, without its generator (a few us a job)
+        tokens = structlog.contextvars.bind_contextvars(
+            loop_id=loop_id,
             worker=worker,
             # A chained turn (claimed by its last tool call's finish) has no job.
             **({"job_id": job_id} if job_id is not None else {"chained": True}),
-            step=loop.step_count + 1,
+            step=step,
             **tracing.current_ids(),
-        ),
-    ):
+        )
         exc: BaseException | None = None
         try:
             yield
@@ -72,23 +77,26 @@ def turn(
             exc = e
             raise
         finally:
-            resp = ctx.response
-            fallback = (
-                (TurnOutcome.TOOL_CALLS if resp.tool_calls else TurnOutcome.COMPLETED)
-                if resp
-                else TurnOutcome.UNKNOWN
-            )
-            outcome = _outcome_on_exit(ctx, exc, fallback)
-            model = metrics.model_of(ctx)
-            telemetry.turn_finished(
-                outcome,
-                agent=loop.agent,
-                model=model,
-                seconds=time.monotonic() - started,
-                ttft=resp.ttft if resp else None,
-                usage=resp.usage if resp else None,
-            )
-            _annotate_turn(span, ctx, model, outcome, exc)
+            try:
+                resp = ctx.response
+                fallback = (
+                    (TurnOutcome.TOOL_CALLS if resp.tool_calls else TurnOutcome.COMPLETED)
+                    if resp
+                    else TurnOutcome.UNKNOWN
+                )
+                outcome = _outcome_on_exit(ctx, exc, fallback)
+                model = metrics.model_of(ctx)
+                telemetry.turn_finished(
+                    outcome,
+                    agent=loop.agent,
+                    model=model,
+                    seconds=time.monotonic() - started,
+                    ttft=resp.ttft if resp else None,
+                    usage=resp.usage if resp else None,
+                )
+                _annotate_turn(span, ctx, model, outcome, exc)
+            finally:
+                structlog.contextvars.reset_contextvars(**tokens)
 
 
 def _annotate_turn(
@@ -123,29 +131,32 @@ def tool_call(
 ) -> Iterator[None]:
     tc = ctx.tool_call
     started = time.monotonic()
-    attributes = {
-        "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": tc.name,
-        "gen_ai.tool.call.id": tc.provider_call_id,
-        "gen_ai.tool.type": "extension",
-        "gen_ai.conversation.id": str(tc.loop_id),
-        "gen_ai.agent.name": agent,
-        "agentd.loop_id": str(tc.loop_id),
-        "agentd.tool_call_id": tc.id,
-        "agentd.worker": worker,
-    }
-    with (
-        tracing.span(f"execute_tool {tc.name}", attributes=attributes, parent=tc.metadata) as span,
-        structlog.contextvars.bound_contextvars(
-            loop_id=str(tc.loop_id),
+    loop_id = str(tc.loop_id)
+    attributes = (
+        None
+        if tracing.off(tc.metadata)
+        else {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tc.name,
+            "gen_ai.tool.call.id": tc.provider_call_id,
+            "gen_ai.tool.type": "extension",
+            "gen_ai.conversation.id": loop_id,
+            "gen_ai.agent.name": agent,
+            "agentd.loop_id": loop_id,
+            "agentd.tool_call_id": tc.id,
+            "agentd.worker": worker,
+        }
+    )
+    with tracing.span(f"execute_tool {tc.name}", attributes=attributes, parent=tc.metadata) as span:
+        tokens = structlog.contextvars.bind_contextvars(
+            loop_id=loop_id,
             worker=worker,
             # A chained call (leased by its turn's finalize) has no job.
             **({"job_id": job_id} if job_id is not None else {"chained": True}),
             tool_call_id=tc.id,
             tool=tc.name,
             **tracing.current_ids(),
-        ),
-    ):
+        )
         exc: BaseException | None = None
         try:
             yield
@@ -153,16 +164,19 @@ def tool_call(
             exc = e
             raise
         finally:
-            held = ToolCallOutcome.AWAITING_APPROVAL if ctx.held else ToolCallOutcome.UNKNOWN
-            outcome = _outcome_on_exit(ctx, exc, held)
-            telemetry.tool_call_finished(
-                outcome, agent=agent or "unknown", seconds=time.monotonic() - started
-            )
-            if span.is_recording():
-                span.set_attribute("agentd.outcome", outcome)
-                if outcome in (
-                    ToolCallOutcome.ERROR,
-                    ToolCallOutcome.FAILED,
-                    ToolCallOutcome.DB_UNAVAILABLE,
-                ):
-                    tracing.fail(span, type(exc).__name__ if exc else outcome)
+            try:
+                held = ToolCallOutcome.AWAITING_APPROVAL if ctx.held else ToolCallOutcome.UNKNOWN
+                outcome = _outcome_on_exit(ctx, exc, held)
+                telemetry.tool_call_finished(
+                    outcome, agent=agent or "unknown", seconds=time.monotonic() - started
+                )
+                if span.is_recording():
+                    span.set_attribute("agentd.outcome", outcome)
+                    if outcome in (
+                        ToolCallOutcome.ERROR,
+                        ToolCallOutcome.FAILED,
+                        ToolCallOutcome.DB_UNAVAILABLE,
+                    ):
+                        tracing.fail(span, type(exc).__name__ if exc else outcome)
+            finally:
+                structlog.contextvars.reset_contextvars(**tokens)

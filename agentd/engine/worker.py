@@ -38,6 +38,9 @@ from agentd.store import jobs, loops, messages, tool_calls
 from agentd.store.models import Loop, ToolCall
 
 log = logs.get("agentd.worker")
+# A job's lines carry its ids from its scope's context (engine/scopes.py): no per-job bind.
+_turn_log = logs.get("agentd.turn")
+_tool_log = logs.get("agentd.tool_call")
 
 
 class Worker:
@@ -323,7 +326,7 @@ class Worker:
         rt = self.runtime
         assert loop.execution_token is not None
         token = loop.execution_token
-        bound = logs.get("agentd.turn").bind(loop_id=str(loop.id), worker=str(rt.worker_id))
+        bound = _turn_log
         agent_cls = rt.registry.get(loop.agent) if loop.agent in rt.registry else None
         max_duration = (
             agent_cls.max_duration if agent_cls else None
@@ -386,9 +389,7 @@ class Worker:
         claim: jobs.ToolClaim | None = None,
     ) -> None:
         rt = self.runtime
-        bound = logs.get("agentd.tool_call").bind(
-            loop_id=str(tc.loop_id), tool_call_id=tc.id, worker=str(rt.worker_id)
-        )
+        bound = _tool_log
         agent_cls = rt.registry.get(agent) if agent and agent in rt.registry else None
         lease: Lease | None = None
         task = asyncio.current_task()

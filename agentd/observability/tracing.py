@@ -92,6 +92,14 @@ def span(
         yield s
 
 
+def off(parent: Mapping[str, Any] | None = None) -> bool:
+    """`span(..., parent=parent)` would yield the no-op span: its attributes need not be
+    built."""
+    if trace is None:
+        return True
+    return not (parent and any(k in parent for k in TRACE_KEYS)) and _no_provider()
+
+
 _ENV_PROVIDER = "OTEL_PYTHON_TRACER_PROVIDER"
 _env_names_provider: bool | None = None
 

@@ -7,16 +7,27 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Self
-from uuid import UUID
+from uuid import UUID, SafeUUID
 
 if TYPE_CHECKING:
     from agentd.db.pool import Record
 
 
+def _uuid(text: str) -> UUID:
+    """UUID(text), for the canonical form PostgreSQL writes, without the constructor's
+    parsing of the other forms (a few per row of a claim's prefetch)."""
+    if len(text) != 36:
+        return UUID(text)
+    u = object.__new__(UUID)
+    object.__setattr__(u, "int", int(text.replace("-", ""), 16))  # raises as UUID() does
+    object.__setattr__(u, "is_safe", SafeUUID.unknown)
+    return u
+
+
 def _convert(type_name: str) -> Any:
     """How a field's `to_jsonb` string becomes its Python value (None: kept as is)."""
     if type_name.startswith("UUID"):
-        return UUID
+        return _uuid
     if type_name.startswith("datetime"):
         return datetime.fromisoformat
     if type_name.startswith("Decimal"):
@@ -82,6 +93,19 @@ class _Row:
             return row
         return cls(**values)  # raises as the constructor does when a field is missing
 
+    def replace(self, **changes: Any) -> Self:
+        """`dataclasses.replace(self, **changes)`, without the generated __init__ over every
+        field (a tool call has 40; the pipeline replaces one twice per call)."""
+        cls = type(self)
+        cls._fields()
+        if not cls._fast or not cls._names.issuperset(changes):
+            return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+        row = object.__new__(cls)
+        attrs = row.__dict__
+        attrs.update(self.__dict__)
+        attrs.update(changes)
+        return row
+
     @classmethod
     def from_record(cls, rec: Record) -> Self:
         names, _ = cls._fields()
@@ -92,7 +116,8 @@ class _Row:
         """A row from its `to_jsonb` form (the claims' prefetch): uuids and timestamps are
         strings there, everything else (numbers, jsonb columns) already has its type."""
         names, _ = cls._fields()
-        out = {k: obj[k] for k in names.intersection(obj)}
+        # Usually every key is a field (the row's own columns): copied in C.
+        out = dict(obj) if names.issuperset(obj) else {k: obj[k] for k in names.intersection(obj)}
         for name, conv in cls._convs:
             v = out.get(name)
             if v is not None and (isinstance(v, str) or conv is _decimal):

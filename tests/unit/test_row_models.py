@@ -80,3 +80,28 @@ def test_every_field_of_every_row_class_is_set(cls: type) -> None:
     values = {f.name: None for f in fields}
     row = cls.from_record(values)  # type: ignore[attr-defined]
     assert {f.name for f in fields} <= set(vars(row))
+
+
+def test_replace_equals_dataclasses_replace_and_leaves_the_original() -> None:
+    row = Loop(**loop_values())
+    fast = row.replace(status="completed", step_count=3)
+    assert fast == dataclasses.replace(row, status="completed", step_count=3)
+    assert type(fast) is Loop and row.status == "running"  # frozen: a new row
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.status = "x"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        row.replace(no_such_field=1)  # as dataclasses.replace raises
+
+
+def test_uuids_read_from_json_equal_the_constructors() -> None:
+    from agentd.store.models import _uuid
+
+    for u in (uuid.uuid4(), uuid.UUID(int=0), uuid.UUID(int=2**128 - 1)):
+        fast = _uuid(str(u))
+        assert fast == u and hash(fast) == hash(u) and str(fast) == str(u)
+        assert fast.version == u.version and fast.is_safe == uuid.SafeUUID.unknown
+    assert _uuid("{12345678-1234-5678-1234-567812345678}") == uuid.UUID(
+        "12345678-1234-5678-1234-567812345678"
+    )  # another form: the constructor reads it
+    with pytest.raises(ValueError):
+        _uuid("zz345678-1234-5678-1234-567812345678")

@@ -15,7 +15,6 @@ Finalizer: yes — replacing this forfeits the fences.
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 
 from agentd.db.pool import connection
@@ -59,7 +58,7 @@ class ResponseCreation:
             chain.leased = LeasedWork(turn=done.chained, prefetch=done.prefetch)
         if cp is not None:  # the folded checkpoint committed with the response
             ctx.metadata.pop("checkpoint", None)
-            ctx.tool_call = dataclasses.replace(tc, executed_at=done.executed_at)
+            ctx.tool_call = tc.replace(executed_at=done.executed_at)
             runtime.telemetry.tool_call_outcome(
                 ctx, ToolCallOutcome.COMPLETED if cp.is_success else ToolCallOutcome.ERROR
             )

@@ -20,7 +20,6 @@ Otherwise always calls downstream.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import time
 from datetime import UTC, datetime
@@ -90,8 +89,7 @@ class ToolExecution:
                 error_message=error,
                 duration=duration,
             )
-            ctx.tool_call = dataclasses.replace(
-                tc,
+            ctx.tool_call = tc.replace(
                 result=result,
                 structured_result=structured,
                 is_success=ok,
