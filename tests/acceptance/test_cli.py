@@ -129,8 +129,9 @@ def test_port_in_use_is_one_line_and_exit_5(database_url: str, command: str, set
     assert "in use" in one_line_error(proc)
 
 
-async def _forward(local: socket.socket, target: tuple[str, int]) -> asyncio.Server:
-    """A TCP forwarder on an already-bound socket: the database 'comes up' late."""
+async def _forward(local: socket.socket, target: tuple[str, int] | str) -> asyncio.Server:
+    """A TCP forwarder on an already-bound socket: the database 'comes up' late. `target`:
+    (host, port), or the path of a Unix socket (the embedded server's)."""
 
     async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError):
@@ -140,7 +141,10 @@ async def _forward(local: socket.socket, target: tuple[str, int]) -> asyncio.Ser
         w.close()
 
     async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        tr, tw = await asyncio.open_connection(*target)
+        if isinstance(target, str):
+            tr, tw = await asyncio.open_unix_connection(target)
+        else:
+            tr, tw = await asyncio.open_connection(*target)
         await asyncio.gather(pipe(r, tw), pipe(tr, w))
 
     return await asyncio.start_server(handle, sock=local)
@@ -152,7 +156,19 @@ async def test_up_waits_for_a_database_that_starts_later(database_url: str) -> N
     late.bind(("127.0.0.1", 0))  # reserved, not listening: connections are refused
     late_port = late.getsockname()[1]
     creds = parts.netloc.rpartition("@")[0]
-    url = urllib.parse.urlunsplit(parts._replace(netloc=f"{creds}@127.0.0.1:{late_port}"))
+    # The embedded server (no AGENTD_TEST_DATABASE_URL) is reached over a Unix socket named
+    # in the query's `host`: the late TCP port forwards to that socket instead.
+    query = urllib.parse.parse_qs(parts.query)
+    sock_dir = (query.pop("host", None) or [""])[0]
+    target: tuple[str, int] | str = (str(parts.hostname), int(parts.port or 5432))
+    if sock_dir.startswith("/"):
+        target = f"{sock_dir}/.s.PGSQL.{int(parts.port or (query.pop('port', None) or [5432])[0])}"
+    url = urllib.parse.urlunsplit(
+        parts._replace(
+            netloc=f"{creds}@127.0.0.1:{late_port}",
+            query=urllib.parse.urlencode(query, doseq=True),
+        )
+    )
     up = AgentdUp(env={"AGENTD_DATABASE_URL": url, "AGENTD_DATABASE_WAIT": "60"})
     entered = asyncio.create_task(up.__aenter__())
     server = None
@@ -162,7 +178,7 @@ async def test_up_waits_for_a_database_that_starts_later(database_url: str) -> N
             assert not entered.done(), up.text()
             assert time.monotonic() < deadline, up.text()
             await asyncio.sleep(0.05)
-        server = await _forward(late, (str(parts.hostname), int(parts.port or 5432)))
+        server = await _forward(late, target)
         await asyncio.wait_for(entered, 60)  # ready: it connected once the database came up
         assert up.text().count('"database.reachable"') == 1
     finally:
