@@ -122,6 +122,7 @@ _whole_ok = True
 # count and characters; emptied whenever the known secrets change.
 _RECENT_COUNT = 4096
 _RECENT_CHARS = 4_000_000
+_RECENT_MIN = 64  # a shorter text costs no more to scan again than to note
 _recent: collections.OrderedDict[int, str] = collections.OrderedDict()
 _recent_chars = 0
 
@@ -442,27 +443,30 @@ def json_is_clean(blob: str, *, also: Sequence[str] = ()) -> bool:
         return False
     if any(map(blob.lower().__contains__, _QUOTED_KEYS)):
         return False
-    _clean(blob)  # `text` of it gives it back: a wire-log piece stored as sent
+    if len(blob) >= _RECENT_MIN:
+        _clean(blob)  # `text` of it gives it back: a wire-log piece stored as sent
     return True
 
 
 def text(value: str, *, also: Sequence[str] = ()) -> str:
     """`value` with every secret in it, in any form it decodes to, replaced by MASK;
     `also`: literal secrets to mask first (a provider key this call was given)."""
-    for secret in also:
-        if secret and secret in value:
-            value = value.replace(secret, MASK)
-    if _recent.get(id(value)) is value:
+    if also:
+        for secret in also:
+            if secret and secret in value:
+                value = value.replace(secret, MASK)
+    n = len(value)
+    if n >= _RECENT_MIN and _recent.get(id(value)) is value:
         return value
-    if not value or not _may_hold(value):
-        return _clean(value)
+    if not n or not _may_hold(value):
+        return value if n < _RECENT_MIN else _clean(value)
     spans: list[tuple[int, int]] = []
     for view in _views(value):
         for a, b in _found(view.text):
             if b > a:
                 spans.extend(view.spans(a, b))
     if not spans:
-        return _clean(value)
+        return value if n < _RECENT_MIN else _clean(value)
     spans.sort()
     out: list[str] = []
     pos = 0

@@ -74,8 +74,9 @@ class _Capture:
 
 
 def _mask(value: Any, secrets: list[str]) -> Any:
-    """Mask this call's literal secrets, then every pattern, anywhere in a JSON-like value."""
-    return redact.scrub(value, also=secrets)
+    """Mask this call's literal secrets, then every pattern, anywhere in a JSON-like value
+    (walked: its texts are short, or were redacted a moment ago)."""
+    return redact.scrub(value, also=secrets, whole=False)
 
 
 class LLMClient:

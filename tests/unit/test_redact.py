@@ -122,25 +122,29 @@ def _walk_only() -> Iterator[None]:
 
 def test_a_text_found_clean_is_looked_up_until_the_known_secrets_change() -> None:
     redact.forget_all()
-    value = "".join(["an echo of ", "later-secret-123"])  # a fresh object, not interned
+    value = "".join(["an echo of ", "later-secret-123", " " * redact._RECENT_MIN])  # fresh
     assert redact.text(value) is value
     assert redact._recent.get(id(value)) is value
     # A new secret empties the record: the same object is scanned again and masked.
     redact.remember("later-secret-123")
     try:
-        assert redact.text(value) == f"an echo of {redact.MASK}"
+        masked = f"an echo of {redact.MASK}" + " " * redact._RECENT_MIN
+        assert redact.text(value) == masked
         # The store's walk (whole=False) masks it too, and a masked result is not recorded.
-        assert redact.scrub({"raw": value}, whole=False) == {"raw": f"an echo of {redact.MASK}"}
-        assert all(v != f"an echo of {redact.MASK}" for v in redact._recent.values())
+        assert redact.scrub({"raw": value}, whole=False) == {"raw": masked}
+        assert all(v != masked for v in redact._recent.values())
     finally:
         redact.forget_all()
 
 
 def test_the_record_of_clean_texts_is_bounded() -> None:
     redact.forget_all()
-    texts = ["".join(["t", str(i)]) for i in range(redact._RECENT_COUNT + 50)]
+    pad = "p" * redact._RECENT_MIN
+    texts = ["".join([pad, str(i)]) for i in range(redact._RECENT_COUNT + 50)]
     for t in texts:
         redact.text(t)
     assert len(redact._recent) == redact._RECENT_COUNT
     big = "x" * (redact._RECENT_CHARS // 16 + 1)
     assert redact.text(big) is big and id(big) not in redact._recent
+    short = "".join(["s", "hort"])  # scanning it again costs no more than noting it
+    assert redact.text(short) is short and id(short) not in redact._recent
