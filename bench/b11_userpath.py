@@ -6,10 +6,11 @@ HTTP client code, no database: the ceiling on this box).
 
 The loop is LLM → 3 parallel `add` tool calls → LLM (5 jobs). Reported per contender:
 turns/s (a "turn" = one LLM call or one tool call, i.e. one job), CPU ms per job of each
-of its processes, and PostgreSQL CPU ms per job (every `postgres` process on the machine,
+of its processes (and of the two fakes, which share a core with PostgreSQL), and
+PostgreSQL CPU ms per job (every `postgres` process on the machine,
 so run it on an otherwise idle box). `--profile` adds a py-spy top-20 of agentd's worker.
 
-    python -m bench.b11_userpath [--loops 2000 --seconds 15 --warmup 5 --concurrency 16]
+    python -m bench.b11_userpath [--loops 8000 --seconds 15 --warmup 5 --concurrency 16]
                                  [--agentd-only] [--profile] [--mcp fake|sdk] [--agentd-src DIR]
 
 Each contender gets the same fresh seed of `--loops` loops, so none drains inside its
@@ -297,7 +298,7 @@ async def run_agentd(a: argparse.Namespace, llm_url: str, mcp_url: str, tag: str
                     "SELECT count(*) FROM messages WHERE role IN ('assistant','tool')"
                 )
                 server = await postmaster_of(db) if a.pg_server_only else None
-                win = Window(count, {"worker": worker.pid, "api": api.pid}, server)
+                win = Window(count, {"worker": worker.pid, "api": api.pid, **a.fakes}, server)
                 if a.profile:
                     # The window only: startup imports and first turns stay out of it.
                     async def profile() -> list[tuple[str, float, float]]:
@@ -353,7 +354,7 @@ async def interleaved(
     bare = Proc(bare_argv(a, llm_url, mcp_url), env=bare_env(a)).start(30)
     assert bare.p is not None
     counter, bare_count = bare_counter(bare.pid)
-    bare_win = Window(bare_count, {"bare": bare.pid})
+    bare_win = Window(bare_count, {"bare": bare.pid, **a.fakes})
     totals: dict[str, dict[str, float]] = {
         "agentd": collections.defaultdict(float),
         "bare": collections.defaultdict(float),
@@ -417,7 +418,7 @@ async def interleaved(
         }
 
     res = result(totals["agentd"], list(win.pids))
-    res["bare"] = result(totals["bare"], ["bare"])
+    res["bare"] = result(totals["bare"], ["bare", *a.fakes])
     res["bare"]["pg_cpu_ms_per_job"] = 0.0
     res["interleave"] = {"rounds": a.interleave, "window_s": window, "windows": rounds}
     return res
@@ -456,7 +457,7 @@ async def run_dbos(a: argparse.Namespace, llm_url: str, mcp_url: str) -> dict[st
             count = lambda: db.fetchval(  # noqa: E731
                 "SELECT count(*) FROM dbos.operation_outputs WHERE function_name NOT LIKE '%discover%'"
             )
-            res = await Window(count, {"dbos": d.pid}).measure(a.seconds, a.warmup)
+            res = await Window(count, {"dbos": d.pid, **a.fakes}).measure(a.seconds, a.warmup)
             left = await db.fetchval(
                 "SELECT count(*) FROM dbos.workflow_status WHERE status IN ('ENQUEUED','PENDING')"
             )
@@ -525,7 +526,7 @@ async def run_bare(a: argparse.Namespace, llm_url: str, mcp_url: str) -> dict[st
                 )
 
             prof = asyncio.create_task(profile())
-        res = await Window(count, {"bare": p.pid}).measure(a.seconds, a.warmup)
+        res = await Window(count, {"bare": p.pid, **a.fakes}).measure(a.seconds, a.warmup)
         if a.profile:
             res["pyspy_top20"] = await prof
     finally:
@@ -571,6 +572,8 @@ async def main_async(a: argparse.Namespace) -> None:
     mcp = fake_mcp() if a.mcp == "fake" else Proc([PY, "-m", "bench.sdk_mcp"]).start()
     llm = fake_llm(rules())
     llm_url, mcp_url = f"http://127.0.0.1:{llm.port}", f"http://127.0.0.1:{mcp.port}/mcp"
+    # The fakes' CPU per job too: on two cores they share a core with PostgreSQL.
+    a.fakes = {"llm_fake": llm.pid, "mcp_fake": mcp.pid}
     out: dict[str, Any] = {"args": vars(a)}
     try:
         out["agentd"] = await run_agentd(a, llm_url, mcp_url, "agentd")
@@ -588,6 +591,10 @@ async def main_async(a: argparse.Namespace) -> None:
         llm.stop()
         mcp.stop()
     ag = out["agentd"]
+
+    def fakes(r: dict[str, Any]) -> float:
+        return sum(r["cpu_ms_per_job"].get(k, 0.0) for k in a.fakes)
+
     rows = [
         [
             "agentd (worker + api)",
@@ -595,6 +602,7 @@ async def main_async(a: argparse.Namespace) -> None:
             ag["cpu_ms_per_job"]["worker"],
             ag["cpu_ms_per_job"]["api"],
             ag["pg_cpu_ms_per_job"],
+            fakes(ag),
             ag["drained"],
         ]
     ]
@@ -607,6 +615,7 @@ async def main_async(a: argparse.Namespace) -> None:
                 d["cpu_ms_per_job"]["dbos"],
                 "-",
                 d["pg_cpu_ms_per_job"],
+                fakes(d),
                 d["drained"],
             ]
         )
@@ -619,6 +628,7 @@ async def main_async(a: argparse.Namespace) -> None:
                 b["cpu_ms_per_job"]["bare"],
                 "-",
                 "-",
+                fakes(b),
                 "-",
             ]
         )
@@ -645,6 +655,7 @@ async def main_async(a: argparse.Namespace) -> None:
                 "CPU ms/job (main)",
                 "CPU ms/job (api)",
                 "PG CPU ms/job",
+                "fakes CPU ms/job",
                 "drained",
             ],
             rows,
@@ -678,7 +689,8 @@ async def main_async(a: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--loops", type=int, default=2000)
+    # Enough that none drains on a fast box (~500 agentd turns/s for 20 s is 2,000 loops).
+    p.add_argument("--loops", type=int, default=8000)
     p.add_argument("--seconds", type=float, default=15)
     p.add_argument("--warmup", type=float, default=5)
     p.add_argument("--concurrency", type=int, default=16)
