@@ -125,6 +125,18 @@ _RECENT_CHARS = 4_000_000
 _RECENT_MIN = 64  # a shorter text costs no more to scan again than to note
 _recent: collections.OrderedDict[int, str] = collections.OrderedDict()
 _recent_chars = 0
+# Off until a process that stores wire logs (the engine) turns it on: elsewhere no text is
+# looked up again, and noting would only cost.
+_noting = False
+
+
+def note_clean_texts(on: bool = True) -> None:
+    """Record texts found clean so a later `text`/`scrub` of the same object is a lookup
+    (the engine: its store scrubs, last, what its transports redacted moments before)."""
+    global _noting
+    _noting = on
+    if not on:
+        _forget_recent()
 
 
 def remember(*values: str | None, pin: bool = False) -> None:
@@ -173,7 +185,7 @@ def _clean(value: str) -> str:
     object would return it unchanged again, until the known secrets change)."""
     global _recent_chars
     n = len(value)
-    if n > _RECENT_CHARS // 16 or _recent.get(id(value)) is value:
+    if not _noting or n > _RECENT_CHARS // 16 or _recent.get(id(value)) is value:
         return value
     _recent[id(value)] = value
     _recent_chars += n
@@ -407,14 +419,19 @@ def _find_all(text: str, needle: str, out: list[tuple[int, int]]) -> list[tuple[
 
 def _may_hold(value: str) -> bool:
     """False when no detector can match `value` or any view of it (see `_needles`)."""
-    # map() over a bound __contains__: the needle loop runs in C, not as bytecode.
-    if any(map(value.__contains__, _needles)):
-        return True
+    # Plain loops: faster than any(map(...)) or a generator on the short texts most are.
+    for needle in _needles:
+        if needle in value:
+            return True
     if ("\\" in value or "%" in value) and _NOT_PLAIN.search(value) is not None:
         return True
     if "data:" in value and '"' in value:
         return True
-    return any(map(value.lower().__contains__, _LOWER_NEEDLES))
+    low = value.lower()
+    for needle in _LOWER_NEEDLES:  # noqa: SIM110 (a generator costs more here)
+        if needle in low:
+            return True
+    return False
 
 
 def _clean_document(value: dict[Any, Any] | list[Any], also: Sequence[str]) -> bool:
@@ -456,7 +473,7 @@ def text(value: str, *, also: Sequence[str] = ()) -> str:
             if secret and secret in value:
                 value = value.replace(secret, MASK)
     n = len(value)
-    if n >= _RECENT_MIN and _recent.get(id(value)) is value:
+    if _noting and n >= _RECENT_MIN and _recent.get(id(value)) is value:
         return value
     if not n or not _may_hold(value):
         return value if n < _RECENT_MIN else _clean(value)

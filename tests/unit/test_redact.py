@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -81,12 +82,16 @@ _DOCS = st.recursive(
 @given(doc=st.dictionaries(_KEYS, _DOCS, max_size=5) | st.lists(_DOCS, max_size=4))
 def test_the_whole_document_test_never_changes_the_answer(doc: object) -> None:
     redact.remember("canary123456")
-    with _walk_only():
-        expected = redact.scrub(doc, also=["literal-secret-1"])
-    assert redact.scrub(doc, also=["literal-secret-1"]) == expected
-    # Walked again, each text found clean before is looked up, not scanned: the same answer.
-    assert redact.scrub(doc, also=["literal-secret-1"], whole=False) == expected
-    assert redact.scrub(doc, whole=False) == redact.scrub(doc)
+    redact.note_clean_texts()  # the engine's setting: the walk below looks texts up
+    try:
+        with _walk_only():
+            expected = redact.scrub(doc, also=["literal-secret-1"])
+        assert redact.scrub(doc, also=["literal-secret-1"]) == expected
+        # Walked again, each text found clean before is looked up, not scanned: the same answer.
+        assert redact.scrub(doc, also=["literal-secret-1"], whole=False) == expected
+        assert redact.scrub(doc, whole=False) == redact.scrub(doc)
+    finally:
+        redact.note_clean_texts(False)
 
 
 def test_a_clean_document_is_returned_itself_and_a_dirty_one_masked() -> None:
@@ -120,7 +125,21 @@ def _walk_only() -> Iterator[None]:
         redact._clean_document = saved  # type: ignore[assignment]
 
 
-def test_a_text_found_clean_is_looked_up_until_the_known_secrets_change() -> None:
+@pytest.fixture
+def noting() -> Iterator[None]:
+    redact.note_clean_texts()
+    try:
+        yield
+    finally:
+        redact.note_clean_texts(False)
+
+
+def test_texts_are_not_noted_unless_a_process_turns_it_on() -> None:
+    value = "".join(["x" * redact._RECENT_MIN, "!"])
+    assert redact.text(value) is value and id(value) not in redact._recent
+
+
+def test_a_text_found_clean_is_looked_up_until_the_known_secrets_change(noting: None) -> None:
     redact.forget_all()
     value = "".join(["an echo of ", "later-secret-123", " " * redact._RECENT_MIN])  # fresh
     assert redact.text(value) is value
@@ -137,7 +156,7 @@ def test_a_text_found_clean_is_looked_up_until_the_known_secrets_change() -> Non
         redact.forget_all()
 
 
-def test_the_record_of_clean_texts_is_bounded() -> None:
+def test_the_record_of_clean_texts_is_bounded(noting: None) -> None:
     redact.forget_all()
     pad = "p" * redact._RECENT_MIN
     texts = ["".join([pad, str(i)]) for i in range(redact._RECENT_COUNT + 50)]
