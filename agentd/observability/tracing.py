@@ -68,11 +68,7 @@ def span(
     if trace is None:
         yield NO_SPAN
         return
-    carrier = (
-        {k: v for k, v in parent.items() if k in TRACE_KEYS and isinstance(v, str)}
-        if parent
-        else None
-    )
+    carrier = _carrier(parent)
     if not carrier and _no_provider():
         # Nothing would record it: the API's proxy would hand back a non-recording span on
         # the current context, which is left as it is (inject() still sends an outer
@@ -92,12 +88,17 @@ def span(
         yield s
 
 
+def _carrier(parent: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """The W3C trace context `parent` holds, if any."""
+    if not parent:
+        return None
+    return {k: v for k, v in parent.items() if k in TRACE_KEYS and isinstance(v, str)}
+
+
 def off(parent: Mapping[str, Any] | None = None) -> bool:
     """`span(..., parent=parent)` would yield the no-op span: its attributes need not be
     built."""
-    if trace is None:
-        return True
-    return not (parent and any(k in parent for k in TRACE_KEYS)) and _no_provider()
+    return trace is None or (not _carrier(parent) and _no_provider())
 
 
 _ENV_PROVIDER = "OTEL_PYTHON_TRACER_PROVIDER"

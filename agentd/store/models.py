@@ -96,15 +96,10 @@ class _Row:
     def replace(self, **changes: Any) -> Self:
         """`dataclasses.replace(self, **changes)`, without the generated __init__ over every
         field (a tool call has 40; the pipeline replaces one twice per call)."""
-        cls = type(self)
-        cls._fields()
-        if not cls._fast or not cls._names.issuperset(changes):
+        names, _ = type(self)._fields()
+        if not names.issuperset(changes):  # raises as dataclasses.replace does
             return dataclasses.replace(self, **changes)  # type: ignore[type-var]
-        row = object.__new__(cls)
-        attrs = row.__dict__
-        attrs.update(self.__dict__)
-        attrs.update(changes)
-        return row
+        return self._build({**self.__dict__, **changes})
 
     @classmethod
     def from_record(cls, rec: Record) -> Self:
