@@ -82,16 +82,13 @@ _DOCS = st.recursive(
 @given(doc=st.dictionaries(_KEYS, _DOCS, max_size=5) | st.lists(_DOCS, max_size=4))
 def test_the_whole_document_test_never_changes_the_answer(doc: object) -> None:
     redact.remember("canary123456")
-    redact.note_clean_texts()  # the engine's setting: the walk below looks texts up
-    try:
+    with _noting_set(True):  # the engine's setting: the walk below looks texts up
         with _walk_only():
             expected = redact.scrub(doc, also=["literal-secret-1"])
         assert redact.scrub(doc, also=["literal-secret-1"]) == expected
         # Walked again, each text found clean before is looked up, not scanned: the same answer.
         assert redact.scrub(doc, also=["literal-secret-1"], whole=False) == expected
         assert redact.scrub(doc, whole=False) == redact.scrub(doc)
-    finally:
-        redact.note_clean_texts(False)
 
 
 def test_a_clean_document_is_returned_itself_and_a_dirty_one_masked() -> None:
@@ -125,18 +122,28 @@ def _walk_only() -> Iterator[None]:
         redact._clean_document = saved  # type: ignore[assignment]
 
 
-@pytest.fixture
-def noting() -> Iterator[None]:
-    redact.note_clean_texts()
+@contextlib.contextmanager
+def _noting_set(on: bool) -> Iterator[None]:
+    # The setting is process-wide and an Engine built by an earlier test in this worker turns
+    # it on for good: set what a test needs and put back what was there.
+    before = redact._noting
+    redact.note_clean_texts(on)
     try:
         yield
     finally:
-        redact.note_clean_texts(False)
+        redact.note_clean_texts(before)
+
+
+@pytest.fixture
+def noting() -> Iterator[None]:
+    with _noting_set(True):
+        yield
 
 
 def test_texts_are_not_noted_unless_a_process_turns_it_on() -> None:
     value = "".join(["x" * redact._RECENT_MIN, "!"])
-    assert redact.text(value) is value and id(value) not in redact._recent
+    with _noting_set(False):
+        assert redact.text(value) is value and id(value) not in redact._recent
 
 
 def test_a_text_found_clean_is_looked_up_until_the_known_secrets_change(noting: None) -> None:
