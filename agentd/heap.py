@@ -1,0 +1,26 @@
+"""The garbage collector of the CLI's long-running processes, set for a job loop.
+
+A worker's job allocates thousands of short-lived containers (rows, dicts, events) that
+reference counting frees moments later. CPython's default generation-0 threshold (700)
+runs a collection every few hundred of them, each traversing objects about to die anyway,
+and every full collection walks again the tens of thousands of objects start-up made
+(modules, classes, the registry) that live as long as the process. Measured on B11's
+worker: -2.9 % instructions per job with both settings below (bench/README.md).
+"""
+
+from __future__ import annotations
+
+import gc
+
+#: Generation 0 collects after 20,000 net container allocations (a few jobs' worth, about
+#: a millisecond to traverse), not 700; the older generations keep their ratios' spirit.
+THRESHOLDS = (20_000, 20, 50)
+
+
+def settle() -> None:
+    """Call once start-up is done: what it made is moved out of the collector's sight
+    (`gc.freeze`: never traversed again, never freed, as it would not be anyway), and later
+    collections run less often. Cycles are still found, only later."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*THRESHOLDS)
