@@ -497,8 +497,13 @@ def text(value: str, *, also: Sequence[str] = ()) -> str:
     return "".join(out)  # not noted: only a text found clean as it is gives itself back
 
 
-def headers(h: dict[str, str] | Any) -> dict[str, str]:
-    return {k: (MASK if k.lower() in _SECRET_HEADERS else text(str(v))) for k, v in dict(h).items()}
+def headers(h: dict[str, str] | Any, *, also: Sequence[str] = ()) -> dict[str, str]:
+    """`h` with secret headers masked whole and every other value as `text` masks it
+    (`also`: as in `text`)."""
+    return {
+        k: (MASK if k.lower() in _SECRET_HEADERS else text(str(v), also=also))
+        for k, v in dict(h).items()
+    }
 
 
 def scrub(value: Any, *, also: Sequence[str] = (), whole: bool = True, _depth: int = 0) -> Any:

@@ -160,7 +160,7 @@ class LLMClient:
                 attempt=attempt,
                 method="POST",
                 url=_mask(call.url, call.secrets),
-                request_headers=_mask(redact.headers(call.headers), call.secrets),
+                request_headers=redact.headers(call.headers, also=call.secrets),
                 request_body=None,  # redacted piece by piece when logged (pipeline/wire.py)
                 request_wire=call.body,
                 request_secrets=tuple(call.secrets),
@@ -216,7 +216,7 @@ class LLMClient:
                     timeout=call.timeout,
                 ) as r:
                     exchange.status = r.status_code
-                    exchange.response_headers = _mask(redact.headers(r.headers), call.secrets)
+                    exchange.response_headers = redact.headers(r.headers, also=call.secrets)
                     if r.status_code >= 400:
                         async for chunk in r.aiter_bytes():
                             capture.add(chunk)

@@ -174,3 +174,12 @@ def test_the_record_of_clean_texts_is_bounded(noting: None) -> None:
     assert redact.text(big) is big and id(big) not in redact._recent
     short = "".join(["s", "hort"])  # scanning it again costs no more than noting it
     assert redact.text(short) is short and id(short) not in redact._recent
+
+
+def test_headers_mask_secret_headers_whole_and_literal_secrets_in_the_rest() -> None:
+    masked = redact.headers(
+        {"Authorization": "Bearer anything", "X-Echo": "key=plain-literal-42;ok"},
+        also=["plain-literal-42"],
+    )
+    assert masked == {"Authorization": redact.MASK, "X-Echo": f"key={redact.MASK};ok"}
+    assert redact.headers({"X-Echo": "key=plain-literal-42"})["X-Echo"] == "key=plain-literal-42"
