@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import uuid
 from typing import Any
 
 import orjson
@@ -67,15 +68,24 @@ def _refuse(value: object) -> object:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
+def _uuid_or_refuse(value: object) -> object:
+    # orjson writes a uuid.UUID as its canonical string itself, but not a subclass (asyncpg
+    # reads uuid columns as its own): those come here, on both paths, and are written alike.
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return _refuse(value)
+
+
 def dumps(value: object) -> str:
     """JSON text that `json` and `jsonb` accept: the pool's json/jsonb encoder.
 
     orjson first (several times faster; the worker encodes every row's documents here). It
     writes non-finite floats as null and NUL as `\\u0000`, and refuses what needs the
     careful path (lone surrogates, integers past 64 bits, non-str keys, types json would
-    refuse too): that goes to `json` as before."""
+    refuse too): that goes to `json` as before. A UUID is written as its canonical string
+    on both paths (the store passes ids as they are)."""
     try:
-        out = orjson.dumps(value, default=_refuse, option=_ORJSON_OPTIONS).decode()
+        out = orjson.dumps(value, default=_uuid_or_refuse, option=_ORJSON_OPTIONS).decode()
     except TypeError:  # orjson.JSONEncodeError is one
         return _dumps_stdlib(value)
     if "\\u0000" in out:
@@ -84,9 +94,10 @@ def dumps(value: object) -> str:
 
 
 def _dumps_stdlib(value: object) -> str:
-    out = json.dumps(value)  # ensure_ascii: NUL and surrogates appear only as \u escapes
+    # ensure_ascii: NUL and surrogates appear only as \u escapes
+    out = json.dumps(value, default=_uuid_or_refuse)
     if "NaN" in out or "Infinity" in out:  # a bare token, or the word inside a string
-        out = json.dumps(_finite(value))
+        out = json.dumps(_finite(value), default=_uuid_or_refuse)
     if "\\u0000" in out or "\\ud" in out:
         out = _BAD_ESCAPE.sub(_fix_escape, out)
     return out

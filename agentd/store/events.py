@@ -43,29 +43,30 @@ def _request_data(data: Any) -> Any:
     return redact.scrub(data, whole=False)
 
 
+def _values(e: NewEvent) -> dict[str, Any]:
+    """One event's column values, redacted, named as `_COLUMNS` names them."""
+    return {
+        "loop_id": e.loop_id,
+        "name": e.name,
+        "reason": e.reason,
+        "http_method": e.http_method,
+        "url": redact.text(e.url) if e.url else None,
+        "status": e.status,
+        "request_data": _request_data(e.request_data),
+        "response_data": redact.scrub(e.response_data, whole=False),
+        "duration": e.duration,
+        "log": redact.text(e.log) if e.log else None,
+        "tool_call_id": e.tool_call_id,
+        "message_id": e.message_id,
+        "inbound_session_id": e.inbound_session_id,
+    }
+
+
 def columns(events: Sequence[NewEvent]) -> list[list[object]]:
     """The 13 parallel arrays `event_insert_many` unnests (redacted), for any statement
     that inserts events the same way."""
-    cols: list[list[object]] = [[] for _ in range(13)]
-    for e in events:
-        values = (
-            e.loop_id,
-            e.name,
-            e.reason,
-            e.http_method,
-            redact.text(e.url) if e.url else None,
-            e.status,
-            _request_data(e.request_data),
-            redact.scrub(e.response_data, whole=False),
-            e.duration,
-            redact.text(e.log) if e.log else None,
-            e.tool_call_id,
-            e.message_id,
-            e.inbound_session_id,
-        )
-        for col, v in zip(cols, values, strict=True):
-            col.append(v)
-    return cols
+    rows = [_values(e) for e in events]
+    return [[row[c] for row in rows] for c in _COLUMNS]
 
 
 _COLUMNS = (
@@ -88,14 +89,13 @@ _COLUMNS = (
 def documents(events: Sequence[NewEvent], attach: Sequence[bool]) -> list[dict[str, Any]]:
     """The events as JSON objects named by column (redacted, as `columns`), each with its
     `attach` flag, for a statement that reads them from a jsonb document
-    (`jsonb_to_recordset`). A uuid is sent as its string; json values stay json."""
-    cols = columns(events)
+    (`jsonb_to_recordset`). A uuid stays a UUID (the json codec writes its string); json
+    values stay json."""
     out: list[dict[str, Any]] = []
-    for i, row in enumerate(zip(*cols, strict=True)):
-        doc = dict(zip(_COLUMNS, row, strict=True))
-        if doc["loop_id"] is not None:
-            doc["loop_id"] = str(doc["loop_id"])
-        doc["attach"] = attach[i] if i < len(attach) else None
+    n = len(attach)
+    for i, e in enumerate(events):
+        doc = _values(e)
+        doc["attach"] = attach[i] if i < n else None
         out.append(doc)
     return out
 

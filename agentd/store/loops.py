@@ -136,8 +136,8 @@ async def finalize_turn_all(
     # One named document (its fields are declared in the statement's `f`); json values
     # stay json, a uuid goes as its string, the cost as its exact decimal string.
     finalize = {
-        "loop_id": str(loop_id),
-        "execution_token": str(execution_token),
+        "loop_id": loop_id,
+        "execution_token": execution_token,
         "completed": not calls,
         "tokens_prompt": tokens[0],
         "tokens_completion": tokens[1],
@@ -167,8 +167,8 @@ async def finalize_turn_all(
         "sequential": sequential,
         "tool_lease_seconds": tool_lease_seconds,
         "notify_tool": notify_tool,
-        "own_tokens": [str(t) for t in own_tokens],
-        "worker_id": str(worker_id) if worker_id is not None else None,
+        "own_tokens": own_tokens,
+        "worker_id": worker_id,
         "events": events.documents(turn_events, attach),
     }
     rec = await conn.fetchrow(sql("loop_finalize_turn_all"), finalize)

@@ -79,8 +79,8 @@ async def record_discovery(
     the loop's tools as `list_tools` does, or None when the fence is lost: then nothing was
     written."""
     doc = {
-        "loop_id": str(loop_id),
-        "execution_token": str(execution_token),
+        "loop_id": loop_id,
+        "execution_token": execution_token,
         "sessions": list(sessions),
         "tools": list(tools),
         "events": events.documents(wire_events, ()),

@@ -140,12 +140,12 @@ async def finish(
     None when a fence is lost (generation, lease, already answered): nothing written."""
     cp = checkpoint
     # One named document (its fields are declared in migrations/0022's function); json
-    # values stay json, a uuid goes as its string.
+    # values stay json, a uuid goes as its string (the json codec writes it).
     finish = {
         "id": tool_call_id,
-        "loop_id": str(loop_id),
-        "lease_token": str(lease_token),
-        "generation": str(generation),
+        "loop_id": loop_id,
+        "lease_token": lease_token,
+        "generation": generation,
         "checkpoint": cp is not None,
         "result": cp.result if cp else None,
         "structured": cp.structured if cp else None,
@@ -153,13 +153,13 @@ async def finish(
         "error_message": cp.error_message if cp else None,
         "duration": cp.duration if cp else None,
         "sequential": sequential,
-        "new_token": str(new_token),
+        "new_token": new_token,
         "status_reason": status_reason,
         "llm_lease_seconds": llm_lease_seconds,
         "tool_lease_seconds": tool_lease_seconds,
         "notify_llm": notify_llm,
         "notify_tool": notify_tool,
-        "chain_worker": str(chain_worker) if chain_worker is not None else None,
+        "chain_worker": chain_worker,
         "chain_after": chain_after,
         "events": events.documents(call_events, attach),
     }

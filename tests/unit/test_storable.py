@@ -6,9 +6,12 @@ from __future__ import annotations
 import decimal
 import json
 import math
+import uuid
 
 import asyncpg
+import orjson
 import pytest
+from asyncpg.pgproto import pgproto
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -69,6 +72,17 @@ def test_values_json_refuses_are_refused_alike() -> None:
     for value in ({"d": decimal.Decimal("1.5")}, {1, 2}, object()):
         with pytest.raises(TypeError):
             storable.dumps(value)
+
+
+def test_a_uuid_is_written_as_its_string_on_both_paths() -> None:
+    u = uuid.UUID("12345678-9abc-4def-8123-456789abcdef")
+    sub = pgproto.UUID(str(u))  # what asyncpg reads a uuid column as: a subclass
+    # orjson takes the first; a lone surrogate sends the second to json.
+    for doc in ({"id": u, "ids": [sub]}, {"id": u, "ids": [sub], "s": "\ud800"}):
+        out = json.loads(storable.dumps(doc))
+        assert out["id"] == str(u) and out["ids"] == [str(u)]
+    # The fast path takes both kinds itself (no fallback to json for a uuid).
+    assert storable.dumps({"id": sub}) == orjson.dumps({"id": str(u)}).decode()
 
 
 def _jsonb_storable(value: object) -> bool:
