@@ -451,7 +451,7 @@ async def run_dbos(a: argparse.Namespace, llm_url: str, mcp_url: str) -> dict[st
                 "--event-loop",
                 "asyncio",
             ]
-        ).start(120)
+        ).start(900)  # it seeds `--loops` workflows before it listens
         db = await asyncpg.connect(url)
         try:
             count = lambda: db.fetchval(  # noqa: E731

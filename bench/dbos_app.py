@@ -129,11 +129,20 @@ async def run(a: argparse.Namespace) -> None:
     }
     DBOS(config=config)
     await DBOS.launch_async() if hasattr(DBOS, "launch_async") else DBOS.launch()
+    # Seed first, then register the queue: until it is registered no worker of this process
+    # dequeues from it, so the window starts on a full queue however slow the seeding (one
+    # by one beside 16 running workflows it took minutes on a slow VM, and the workers had
+    # drained much of it before the window opened). In batches, to be quick about it.
+    for i in range(0, a.seed, 64):
+        await asyncio.gather(
+            *(
+                DBOS.enqueue_workflow_async("agents", agent_loop, a.prompt)
+                for _ in range(min(64, a.seed - i))
+            )
+        )
     queue = await DBOS.register_queue_async(
         "agents", worker_concurrency=a.concurrency, polling_interval_sec=POLL
     )
-    for i in range(a.seed):
-        await DBOS.enqueue_workflow_async("agents", agent_loop, a.prompt)
     print("LISTENING 0", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
