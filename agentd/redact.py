@@ -125,14 +125,6 @@ _RECENT_CHARS = 4_000_000
 _RECENT_MIN = 64  # a shorter text costs no more to scan again than to note
 _recent: collections.OrderedDict[int, str] = collections.OrderedDict()
 _recent_chars = 0
-# Shorter texts found clean, by value (a set: equal texts get the same answer): header
-# values, URLs and log lines repeat from job to job, and the last-line scrub meets again the
-# very values a transport's `headers` just passed. Emptied when full or when the known
-# secrets change.
-_SHORT_COUNT = 8192
-_short: set[str] = set()
-# A document key's answer to "does it mask its value?" (`scrub` asks it of every key).
-_secret_key: dict[str, bool] = {}
 # Off until a process that stores wire logs (the engine) turns it on: elsewhere no text is
 # looked up again, and noting would only cost.
 _noting = False
@@ -186,25 +178,6 @@ def _forget_recent() -> None:
     global _recent_chars
     _recent.clear()
     _recent_chars = 0
-    _short.clear()
-
-
-def _clean_short(value: str) -> str:
-    """`value` (shorter than `_RECENT_MIN`), which `text` found nothing to mask in, noted."""
-    if _noting:
-        if len(_short) >= _SHORT_COUNT:
-            _short.clear()
-        _short.add(value)
-    return value
-
-
-def _masks_value(key: str) -> bool:
-    hit = _secret_key.get(key)
-    if hit is None:
-        if len(_secret_key) >= _SHORT_COUNT:
-            _secret_key.clear()
-        hit = _secret_key[key] = key.lower() in _SECRET_KEYS
-    return hit
 
 
 def _clean(value: str) -> str:
@@ -500,21 +473,17 @@ def text(value: str, *, also: Sequence[str] = ()) -> str:
             if secret and secret in value:
                 value = value.replace(secret, MASK)
     n = len(value)
-    if _noting:
-        if n >= _RECENT_MIN:
-            if _recent.get(id(value)) is value:
-                return value
-        elif value in _short:
-            return value
+    if _noting and n >= _RECENT_MIN and _recent.get(id(value)) is value:
+        return value
     if not n or not _may_hold(value):
-        return _clean_short(value) if n < _RECENT_MIN else _clean(value)
+        return value if n < _RECENT_MIN else _clean(value)
     spans: list[tuple[int, int]] = []
     for view in _views(value):
         for a, b in _found(view.text):
             if b > a:
                 spans.extend(view.spans(a, b))
     if not spans:
-        return _clean_short(value) if n < _RECENT_MIN else _clean(value)
+        return value if n < _RECENT_MIN else _clean(value)
     spans.sort()
     out: list[str] = []
     pos = 0
@@ -552,7 +521,7 @@ def scrub(value: Any, *, also: Sequence[str] = (), whole: bool = True, _depth: i
             return value
         out = {}
         for k, v in value.items():
-            secret = isinstance(k, str) and _masks_value(k)
+            secret = isinstance(k, str) and k.lower() in _SECRET_KEYS
             if secret and isinstance(v, str) and v:
                 out[k] = MASK
             else:

@@ -176,43 +176,6 @@ def test_the_record_of_clean_texts_is_bounded(noting: None) -> None:
     assert redact.text(short) is short and id(short) not in redact._recent
 
 
-def test_a_short_text_found_clean_is_looked_up_by_value_until_the_secrets_change(
-    noting: None,
-) -> None:
-    redact.forget_all()
-    value = "".join(["text/plain; ", "short-secret-77"])  # shorter than _RECENT_MIN
-    assert len(value) < redact._RECENT_MIN
-    assert redact.text(value) is value and value in redact._short
-    # The store's walk of a headers dict meets an equal text: the same clean answer.
-    assert redact.scrub({"headers": {"Content-Type": str(value)}}, whole=False) == {
-        "headers": {"Content-Type": value}
-    }
-    redact.remember("short-secret-77")
-    try:
-        assert not redact._short  # a new secret empties the record
-        assert redact.text(value) == f"text/plain; {redact.MASK}"
-        assert value not in redact._short
-        # A secret key masks its value whatever it holds, looked up or not.
-        doc = {"Token": "short", "token": "short", "plain": "short"}
-        for _ in range(2):
-            assert redact.scrub(doc, whole=False) == {
-                "Token": redact.MASK, "token": redact.MASK, "plain": "short"
-            }  # fmt: skip
-    finally:
-        redact.forget_all()
-
-
-def test_the_record_of_short_clean_texts_is_bounded_and_off_by_default() -> None:
-    redact.forget_all()
-    with _noting_set(False):
-        assert redact.text("short and clean") == "short and clean"
-        assert "short and clean" not in redact._short
-    with _noting_set(True):
-        for i in range(redact._SHORT_COUNT + 10):
-            redact.text(f"clean {i}")
-        assert 0 < len(redact._short) <= redact._SHORT_COUNT
-
-
 def test_headers_mask_secret_headers_whole_and_literal_secrets_in_the_rest() -> None:
     masked = redact.headers(
         {"Authorization": "Bearer anything", "X-Echo": "key=plain-literal-42;ok"},
