@@ -10,7 +10,8 @@ CPU per job and turns/s over all its windows, and new ÷ old.
     python -m bench.b11_worker_ab --old DIR [--new DIR --rounds 12 --window 2.5]
 
 DIR: a source tree (e.g. `git archive <commit> agentd migrations | tar -x -C DIR`);
---new defaults to this checkout. Windows stay under 3.5 s: the fakes (uvicorn) drop a
+--new defaults to this checkout. `--old-env`/`--new-env NAME=VALUE` set a setting for one
+side only (the same tree twice, two settings: `--old .`). Windows stay under 3.5 s: the fakes (uvicorn) drop a
 keep-alive connection idle for 5 s.
 """
 
@@ -48,8 +49,9 @@ from bench.common import PY, RESULTS, ThrowawayDB, fake_llm, fake_mcp, save, tab
 class Setup:
     """One tree's database, API and worker (started, then stopped at once)."""
 
-    def __init__(self, tag: str, src: str | None) -> None:
+    def __init__(self, tag: str, src: str | None, extra_env: list[str] | None = None) -> None:
         self.tag, self.src = tag, src
+        self.extra_env = dict(kv.split("=", 1) for kv in extra_env or [])
         self.procs: list[subprocess.Popen[bytes]] = []
 
     async def start(self, stack: AsyncExitStack, a: argparse.Namespace, llm: str, mcp: str) -> None:
@@ -62,6 +64,7 @@ class Setup:
         )
         env = agentd_env(tdb.url, port, token, config, a.concurrency)
         env["AGENTD_EVENT_LOOP"] = "auto"
+        env.update(self.extra_env)
         cli = [AGENTD]
         if self.src:
             env["PYTHONPATH"] = self.src
@@ -104,7 +107,7 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("--window: at most 3.5 s (the fakes drop idle keep-alive connections)")
     mcp, llm = fake_mcp(), fake_llm(rules())
     llm_url, mcp_url = f"http://127.0.0.1:{llm.port}", f"http://127.0.0.1:{mcp.port}/mcp"
-    setups = {"old": Setup("old", a.old), "new": Setup("new", a.new)}
+    setups = {"old": Setup("old", a.old, a.old_env), "new": Setup("new", a.new, a.new_env)}
     totals = {tag: {"seconds": 0.0, "jobs": 0, "cpu": 0.0} for tag in setups}
     windows: list[dict[str, Any]] = []
     try:
@@ -168,6 +171,13 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=4.0)
     p.add_argument("--loops", type=int, default=4000, help="posted to each tree")
     p.add_argument("--concurrency", type=int, default=16)
+    for tag in ("old", "new"):
+        p.add_argument(
+            f"--{tag}-env",
+            action="append",
+            metavar="NAME=VALUE",
+            help=f"an environment variable for the {tag} tree's agentd (repeatable)",
+        )
     a = p.parse_args()
     out = asyncio.run(main_async(a))
     txt = table(
