@@ -7,6 +7,7 @@ import asyncio
 import shutil
 import ssl
 import subprocess
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -122,6 +123,35 @@ async def test_an_idle_connection_the_server_closed_is_replaced(client: httpx.As
             assert (await client.get(s.url)).text == "ok"
             await asyncio.sleep(0.05)  # the FIN reaches the client's event loop
         assert s.connections == 3
+
+
+async def test_a_connection_whose_keep_alive_ran_out_gets_no_request() -> None:
+    # Between the pool's full passes the connection a request gets is checked itself.
+    limits = httpx.Limits(max_connections=10, max_keepalive_connections=10, keepalive_expiry=0.05)
+    async with (
+        Server(keep_alive) as s,
+        http_pool.use_asyncio(httpx.AsyncClient(limits=limits)) as c,
+    ):
+        pool = c._transport._pool  # type: ignore[attr-defined]
+        assert (await c.get(s.url)).text == "ok"
+        first = pool.connections[0]
+        await asyncio.sleep(0.1)
+        pool._swept_at = time.monotonic() + 3600  # no full pass now
+        assert (await c.get(s.url)).text == "ok"
+        assert s.connections == 2 and first not in pool.connections and first.is_closed()
+
+
+async def test_a_full_pool_gives_a_dropped_connections_place_to_a_new_one() -> None:
+    async with (
+        Server(one_then_close) as s,
+        http_pool.pooled_client(max_connections=1, max_keepalive=1) as c,
+    ):
+        pool = c._transport._pool  # type: ignore[attr-defined]
+        for _ in range(3):
+            pool._swept_at = float("inf")  # only the full pool's own pass may run
+            assert (await c.get(s.url)).text == "ok"
+            await asyncio.sleep(0.05)  # the FIN reaches the client's event loop
+        assert s.connections == 3 and len(pool.connections) <= 1
 
 
 async def test_connect_refused_is_httpx_connect_error(client: httpx.AsyncClient) -> None:
