@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentd.db.pool import Pool
+from agentd.engine.finish_batch import FinishBatch
 from agentd.observability.metrics import Telemetry
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
@@ -40,6 +41,14 @@ class Runtime:
     # Metrics shared with this process's /metrics (the API's, or the worker's probe port).
     telemetry: Telemetry = field(default_factory=Telemetry)
     extras: dict[str, Any] = field(default_factory=dict)
+    _finishes: FinishBatch | None = field(default=None, repr=False)
+
+    @property
+    def finishes(self) -> FinishBatch:
+        """The process's group commit for the ends of tool calls (engine/finish_batch.py)."""
+        if self._finishes is None:
+            self._finishes = FinishBatch(self.pool)
+        return self._finishes
 
     def tool_lease_seconds(self, mcp_timeouts: list[float] | None = None) -> float:
         """A tool lease: the slowest configured MCP timeout or the tool ceiling, plus margin."""

@@ -115,8 +115,7 @@ class Checkpoint:
     duration: float
 
 
-async def finish(
-    conn: Connection,
+def finish_document(
     *,
     tool_call_id: int,
     loop_id: UUID,
@@ -134,10 +133,9 @@ async def finish(
     attach: list[bool],
     chain_worker: UUID | None = None,
     chain_after: int | None = None,
-) -> Finished | None:
-    """The end of a tool call in one round trip (`tool_call_finish`): optionally the
-    checkpoint, the tool message, responded, the continuation, events, notifications.
-    None when a fence is lost (generation, lease, already answered): nothing written."""
+) -> dict[str, Any]:
+    """The document `tool_call_finish` takes for the end of a tool call: optionally the
+    checkpoint, the tool message, responded, the continuation, events, notifications."""
     cp = checkpoint
     # One named document (its fields are declared in migrations/0022's function); json
     # values stay json, a uuid goes as its string (the json codec writes it).
@@ -163,7 +161,33 @@ async def finish(
         "chain_after": chain_after,
         "events": events.documents(call_events, attach),
     }
-    rec = await conn.fetchrow(sql("tool_call_finish"), finish)
+    return finish
+
+
+async def finish(conn: Connection, **document: Any) -> Finished | None:
+    """The end of a tool call in one round trip (`tool_call_finish`; `document`: the
+    arguments of `finish_document`). None when a fence is lost (generation, lease, already
+    answered): nothing written."""
+    return finished(await finish_row(conn, finish_document(**document)))
+
+
+async def finish_row(conn: Connection, document: dict[str, Any]) -> Record | None:
+    """`tool_call_finish` of one document (`finish_document`): its row, for `finished`."""
+    return await conn.fetchrow(sql("tool_call_finish"), document)
+
+
+async def finish_many(conn: Connection, documents: Sequence[dict[str, Any]]) -> list[Record | None]:
+    """Several ends of tool calls in one statement and one commit (`tool_call_finish_many`):
+    the row of each document, in their order (give each to `finished`). One document's
+    failure fails them all, and then nothing was written."""
+    out: list[Record | None] = [None] * len(documents)
+    for rec in await conn.fetch(sql("tool_call_finish_many"), list(documents)):
+        out[rec["idx"]] = rec
+    return out
+
+
+def finished(rec: Record | None) -> Finished | None:
+    """What `tool_call_finish` returned for one document; None when a fence was lost."""
     if rec is None or rec["outcome"] != "ok":
         return None
     chained = rec["chained_loop"]

@@ -1,15 +1,17 @@
 """ResponseCreation: the tool message, and the turn's continuation.
 
 Position: last. In ONE round trip and one commit (store/sql/tool_calls.sql
-`tool_call_finish`, the function of migrations/0022), under the loop's row lock and fenced
-by the generation and the call's lease token: records the result ToolExecution handed over
-(ctx.metadata["checkpoint"], when it folded its checkpoint into this statement), inserts the
-`tool` message, marks the call responded, then sequential: enqueues the next unresolved call
-in model order; and in both modes the completion gate — the job that records the last
-result enqueues the next LLM turn, so N parallel calls queue it exactly once (the siblings
-are read after the lock is taken, never from an older snapshot). Chaining
-(engine/chaining.py): with an LLM slot lent, that job is instead the next turn claimed for
-this worker, returned in ctx.chain.leased for the worker to run once the stack returns.
+`tool_call_finish`, the function of migrations/0022; shared with the ends of other tool
+calls that arrive while one is being written, engine/finish_batch.py), under the loop's
+row lock and fenced by the generation and the call's lease token: records the result
+ToolExecution handed over (ctx.metadata["checkpoint"], when it folded its checkpoint into
+this statement), inserts the `tool` message, marks the call responded, then sequential:
+enqueues the next unresolved call in model order; and in both modes the completion gate —
+the job that records the last result enqueues the next LLM turn, so N parallel calls queue
+it exactly once (the siblings are read after the lock is taken, never from an older
+snapshot). Chaining (engine/chaining.py): with an LLM slot lent, that job is instead the
+next turn claimed for this worker, returned in ctx.chain.leased for the worker to run once
+the stack returns.
 Finalizer: yes — replacing this forfeits the fences.
 """
 
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import uuid
 
-from agentd.db.pool import connection
 from agentd.engine import dispatch
 from agentd.engine.chaining import Chain, LeasedWork
 from agentd.engine.context import ToolContext
@@ -82,32 +83,33 @@ class ResponseCreation:
         runtime = ctx.runtime
         agent = ctx.agent
         assert agent is not None
-        async with connection(runtime.pool) as conn:
-            return await tool_calls.finish(
-                conn,
-                tool_call_id=tc.id,
-                loop_id=tc.loop_id,
-                lease_token=ctx.lease_token,
-                generation=ctx.generation,
-                checkpoint=cp,
-                sequential=ctx.sequential,
-                new_token=new_token,
-                status_reason=TransitionReason.TOOLS_RESOLVED,
-                llm_lease_seconds=runtime.settings.lease_seconds(agent.read_timeout),
-                tool_lease_seconds=runtime.tool_lease_seconds(),
-                notify_llm="llm" not in runtime.consumes,
-                notify_tool="tool" not in runtime.consumes,
-                call_events=[
-                    *ctx.events,
-                    NewEvent(
-                        name="tool_call.completed",
-                        loop_id=tc.loop_id,
-                        tool_call_id=tc.id,
-                        reason="replayed" if ctx.metadata.get("replayed") else None,
-                        log=f"is_success={tc.is_success}",
-                    ),
-                ],
-                attach=[False] * len(ctx.events) + [True],
-                chain_worker=runtime.worker_id if chain is not None else None,
-                chain_after=chain.history_after() if chain is not None else None,
-            )
+        document = tool_calls.finish_document(
+            tool_call_id=tc.id,
+            loop_id=tc.loop_id,
+            lease_token=ctx.lease_token,
+            generation=ctx.generation,
+            checkpoint=cp,
+            sequential=ctx.sequential,
+            new_token=new_token,
+            status_reason=TransitionReason.TOOLS_RESOLVED,
+            llm_lease_seconds=runtime.settings.lease_seconds(agent.read_timeout),
+            tool_lease_seconds=runtime.tool_lease_seconds(),
+            notify_llm="llm" not in runtime.consumes,
+            notify_tool="tool" not in runtime.consumes,
+            call_events=[
+                *ctx.events,
+                NewEvent(
+                    name="tool_call.completed",
+                    loop_id=tc.loop_id,
+                    tool_call_id=tc.id,
+                    reason="replayed" if ctx.metadata.get("replayed") else None,
+                    log=f"is_success={tc.is_success}",
+                ),
+            ],
+            attach=[False] * len(ctx.events) + [True],
+            chain_worker=runtime.worker_id if chain is not None else None,
+            chain_after=chain.history_after() if chain is not None else None,
+        )
+        # Group commit (engine/finish_batch.py): alone when nothing else is being written,
+        # else with the ends that arrive meanwhile, in one statement and one commit.
+        return tool_calls.finished(await runtime.finishes.submit(document))

@@ -67,6 +67,13 @@ RETURNING *;
 -- $1 finish jsonb (built by store/tool_calls.py finish)
 SELECT * FROM agentd_tool_call_finish($1::jsonb);
 
+-- name: tool_call_finish_many :many
+-- Several ends of tool calls in one round trip and one commit (engine/finish_batch.py):
+-- `tool_call_finish` for each document, in loop-id order (migrations/0023); `idx` is the
+-- document's place in the array. One document's failure fails them all (nothing written).
+-- $1 finishes jsonb (an array of tool_call_finish documents)
+SELECT * FROM agentd_tool_call_finish_many($1::jsonb);
+
 -- name: tool_call_park :one
 -- ApprovalGate: park the call for a human decision and drop its lease (nothing to reap).
 -- The claim that parks it ran nothing, so it gives its attempt back: `attempts` counts the
