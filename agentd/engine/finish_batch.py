@@ -70,6 +70,7 @@ class FinishBatch:
                 except DatabaseError as exc:
                     # Nothing of it was written: each end alone, so an error is only its own.
                     log.info("finish_batch.retry_alone", ends=len(batch), error=str(exc))
+                    self.statements += len(batch)
                     for document, future in batch:
                         await self._alone(document, future)
                     continue
@@ -89,12 +90,11 @@ class FinishBatch:
         try:
             async with connection(self.pool) as conn:
                 row = await tool_calls.finish_row(conn, document)
-        except Exception as exc:
-            _settle(future, exc=exc)
-            return
         except BaseException as exc:
             _settle(future, exc=exc)
-            raise
+            if not isinstance(exc, Exception):  # the writer's own cancellation
+                raise
+            return
         _settle(future, row=row)
 
 

@@ -41,7 +41,7 @@ class Runtime:
     # Metrics shared with this process's /metrics (the API's, or the worker's probe port).
     telemetry: Telemetry = field(default_factory=Telemetry)
     extras: dict[str, Any] = field(default_factory=dict)
-    _finishes: FinishBatch | None = field(default=None, repr=False)
+    _finishes: FinishBatch | None = field(default=None, init=False, repr=False)
 
     @property
     def finishes(self) -> FinishBatch:

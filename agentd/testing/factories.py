@@ -14,7 +14,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from agentd.db.pool import Connection, Record
-from agentd.states import TERMINAL, ApprovalStatus, JobQueue, LoopStatus, ToolCallStatus
+from agentd.states import (
+    TERMINAL,
+    ApprovalStatus,
+    JobQueue,
+    LoopStatus,
+    ToolCallStatus,
+    TransitionReason,
+)
 from agentd.store import jobs, loops, mcp, messages, tool_calls
 from agentd.store.models import Loop, Message, ToolCall
 
@@ -386,3 +393,34 @@ async def finalize_answer(
         turn_events=[],
         attach=[],
     )
+
+
+def finish_arguments(
+    loop_row: Loop,
+    call: ToolCall,
+    *,
+    lease_token: uuid.UUID | None = None,
+    checkpoint: tool_calls.Checkpoint | None = None,
+    **changes: Any,
+) -> dict[str, Any]:
+    """The arguments of `tool_calls.finish` (or `finish_document`) for the end of `call`
+    by the worker holding its lease (`lease_token`, default the call's own): no events, no
+    notifications, 30-s leases, a new generation for the next turn; `changes` override."""
+    args: dict[str, Any] = {
+        "tool_call_id": call.id,
+        "loop_id": loop_row.id,
+        "lease_token": lease_token or call.lease_token,
+        "generation": loop_row.execution_token,
+        "checkpoint": checkpoint,
+        "sequential": False,
+        "new_token": uuid.uuid4(),
+        "status_reason": TransitionReason.TOOLS_RESOLVED,
+        "llm_lease_seconds": 30.0,
+        "tool_lease_seconds": 30.0,
+        "notify_llm": False,
+        "notify_tool": False,
+        "call_events": [],
+        "attach": [],
+    }
+    args.update(changes)
+    return args

@@ -358,25 +358,14 @@ async def test_calls_of_a_cancelled_finalize_go_back_to_the_queue(pool: Pool) ->
 
 
 async def _finish(conn: Any, loop_row: Any, call: Any, worker: uuid.UUID | None) -> Any:
+    cp = tool_calls.Checkpoint(
+        result="3", structured=None, is_success=True, error_message=None, duration=0.01
+    )
     return await tool_calls.finish(
         conn,
-        tool_call_id=call.id,
-        loop_id=loop_row.id,
-        lease_token=call.lease_token,
-        generation=loop_row.execution_token,
-        checkpoint=tool_calls.Checkpoint(
-            result="3", structured=None, is_success=True, error_message=None, duration=0.01
+        **factories.finish_arguments(
+            loop_row, call, checkpoint=cp, llm_lease_seconds=40.0, chain_worker=worker
         ),
-        sequential=False,
-        new_token=uuid.uuid4(),
-        status_reason="tools_resolved",
-        llm_lease_seconds=40.0,
-        tool_lease_seconds=30.0,
-        notify_llm=False,
-        notify_tool=False,
-        call_events=[],
-        attach=[],
-        chain_worker=worker,
     )
 
 

@@ -19,28 +19,11 @@ from agentd.testing import factories
 
 
 def _document(loop: Loop, call: ToolCall, lease: uuid.UUID) -> dict[str, Any]:
-    assert loop.execution_token is not None
+    cp = tool_calls.Checkpoint(
+        result=f"r{call.id}", structured=None, is_success=True, error_message=None, duration=0.1
+    )
     return tool_calls.finish_document(
-        tool_call_id=call.id,
-        loop_id=loop.id,
-        lease_token=lease,
-        generation=loop.execution_token,
-        checkpoint=tool_calls.Checkpoint(
-            result=f"r{call.id}",
-            structured=None,
-            is_success=True,
-            error_message=None,
-            duration=0.1,
-        ),
-        sequential=False,
-        new_token=uuid.uuid4(),
-        status_reason="tools_resolved",
-        llm_lease_seconds=30.0,
-        tool_lease_seconds=30.0,
-        notify_llm=False,
-        notify_tool=False,
-        call_events=[],
-        attach=[],
+        **factories.finish_arguments(loop, call, lease_token=lease, checkpoint=cp)
     )
 
 

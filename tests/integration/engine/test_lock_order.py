@@ -238,20 +238,9 @@ async def finish_calls(pool: Pool, rows: list[Any]) -> None:
         async with transaction(pool) as conn:
             await tool_calls.finish(
                 conn,
-                tool_call_id=call.id,
-                loop_id=loop.id,
-                lease_token=call.lease_token,
-                generation=loop.execution_token,
-                checkpoint=tool_calls.Checkpoint("3", None, True, None, 0.01),
-                sequential=False,
-                new_token=uuid.uuid4(),
-                status_reason="tools_resolved",
-                llm_lease_seconds=30,
-                tool_lease_seconds=30,
-                notify_llm=False,
-                notify_tool=False,
-                call_events=[],
-                attach=[],
+                **factories.finish_arguments(
+                    loop, call, checkpoint=tool_calls.Checkpoint("3", None, True, None, 0.01)
+                ),
             )
 
     await asyncio.gather(*(one(loop, call) for loop, call in rows))

@@ -11,21 +11,7 @@ from agentd.testing import factories
 
 async def _finish(conn, loop, call, lease: uuid.UUID, cp: tool_calls.Checkpoint | None):  # type: ignore[no-untyped-def]
     return await tool_calls.finish(
-        conn,
-        tool_call_id=call.id,
-        loop_id=loop.id,
-        lease_token=lease,
-        generation=loop.execution_token,
-        checkpoint=cp,
-        sequential=False,
-        new_token=uuid.uuid4(),
-        status_reason="tools_resolved",
-        llm_lease_seconds=30.0,
-        tool_lease_seconds=30.0,
-        notify_llm=False,
-        notify_tool=False,
-        call_events=[],
-        attach=[],
+        conn, **factories.finish_arguments(loop, call, lease_token=lease, checkpoint=cp)
     )
 
 
