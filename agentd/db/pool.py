@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeAlias
 
@@ -65,7 +64,7 @@ class CachingConnection(StorableConnection):
 async def _init_connection(conn: asyncpg.Connection) -> None:
     for typ in ("json", "jsonb"):
         await conn.set_type_codec(
-            typ, encoder=storable.dumps, decoder=json.loads, schema="pg_catalog"
+            typ, encoder=storable.dumps, decoder=storable.loads, schema="pg_catalog"
         )
 
 

@@ -19,6 +19,7 @@ import re
 import uuid
 from typing import Any
 
+import msgspec
 import orjson
 
 REPLACEMENT = "\ufffd"
@@ -101,6 +102,22 @@ def _dumps_stdlib(value: object) -> str:
     if "\\u0000" in out or "\\ud" in out:
         out = _BAD_ESCAPE.sub(_fix_escape, out)
     return out
+
+
+_decoder = msgspec.json.Decoder()
+
+
+def loads(text: str) -> Any:
+    """The value of JSON text the server sent: the pool's json/jsonb decoder.
+
+    msgspec first: about three times faster than `json` (the worker decodes every prefetched
+    history here) and, unlike orjson, it keeps an integer past 64 bits an int. What it
+    refuses and `json` takes (a `json` column may hold a lone surrogate escape or an
+    exponent past a double) goes to `json`, whose answer is the reference."""
+    try:
+        return _decoder.decode(text)
+    except (msgspec.DecodeError, UnicodeError):  # ValidationError is one; a lone surrogate
+        return json.loads(text)
 
 
 def args(values: tuple[Any, ...]) -> tuple[Any, ...]:
