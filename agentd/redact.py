@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import bisect
-import collections
 import re
 import string
 from collections.abc import Iterable, Sequence
@@ -116,28 +115,6 @@ _QUOTED_KEYS = tuple(f'"{k}"' for k in sorted(_SECRET_KEYS))
 _JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')
 _whole_ok = True
 
-# The texts `text` returned lately, by id, held so the id stays theirs: a text is
-# immutable, so the same object against the same known secrets gets the same answer, and
-# the last-line scrub of what a transport already redacted costs a lookup. Bounded in
-# count and characters; emptied whenever the known secrets change.
-_RECENT_COUNT = 4096
-_RECENT_CHARS = 4_000_000
-_RECENT_MIN = 64  # a shorter text costs no more to scan again than to note
-_recent: collections.OrderedDict[int, str] = collections.OrderedDict()
-_recent_chars = 0
-# Off until a process that stores wire logs (the engine) turns it on: elsewhere no text is
-# looked up again, and noting would only cost.
-_noting = False
-
-
-def note_clean_texts(on: bool = True) -> None:
-    """Record texts found clean so a later `text`/`scrub` of the same object is a lookup
-    (the engine: its store scrubs, last, what its transports redacted moments before)."""
-    global _noting
-    _noting = on
-    if not on:
-        _forget_recent()
-
 
 def remember(*values: str | None, pin: bool = False) -> None:
     """Mask these exact values (and every encoding of them) wherever text is redacted.
@@ -171,30 +148,6 @@ def _set_known(known: dict[str, tuple[str, ...]]) -> None:
         needles.update(dict.fromkeys((secret, *cores)))
     _known, _known_items, _needles = known, tuple(known.items()), tuple(needles)
     _whole_ok = not any(_JSON_ESCAPED.search(n) for n in _needles)
-    _forget_recent()
-
-
-def _forget_recent() -> None:
-    global _recent_chars
-    _recent.clear()
-    _recent_chars = 0
-
-
-def _clean(value: str) -> str:
-    """`value`, which `text` found nothing to mask in, noted as such (`text` of the same
-    object would return it unchanged again, until the known secrets change)."""
-    global _recent_chars
-    n = len(value)
-    if not _noting or n > _RECENT_CHARS // 16 or _recent.get(id(value)) is value:
-        return value
-    _recent[id(value)] = value
-    _recent_chars += n
-    while _recent and (len(_recent) > _RECENT_COUNT or _recent_chars > _RECENT_CHARS):
-        try:
-            _recent_chars -= len(_recent.popitem(last=False)[1])
-        except KeyError:  # emptied meanwhile (another thread's log line)
-            break
-    return value
 
 
 def _b64_cores(secret: str) -> tuple[str, ...]:
@@ -458,11 +411,7 @@ def json_is_clean(blob: str, *, also: Sequence[str] = ()) -> bool:
         return False
     if _may_hold(blob) or any(map(blob.__contains__, also)):
         return False
-    if any(map(blob.lower().__contains__, _QUOTED_KEYS)):
-        return False
-    if len(blob) >= _RECENT_MIN:
-        _clean(blob)  # `text` of it gives it back: a wire-log piece stored as sent
-    return True
+    return not any(map(blob.lower().__contains__, _QUOTED_KEYS))
 
 
 def text(value: str, *, also: Sequence[str] = ()) -> str:
@@ -472,18 +421,15 @@ def text(value: str, *, also: Sequence[str] = ()) -> str:
         for secret in also:
             if secret and secret in value:
                 value = value.replace(secret, MASK)
-    n = len(value)
-    if _noting and n >= _RECENT_MIN and _recent.get(id(value)) is value:
+    if not value or not _may_hold(value):
         return value
-    if not n or not _may_hold(value):
-        return value if n < _RECENT_MIN else _clean(value)
     spans: list[tuple[int, int]] = []
     for view in _views(value):
         for a, b in _found(view.text):
             if b > a:
                 spans.extend(view.spans(a, b))
     if not spans:
-        return value if n < _RECENT_MIN else _clean(value)
+        return value
     spans.sort()
     out: list[str] = []
     pos = 0
@@ -494,7 +440,7 @@ def text(value: str, *, also: Sequence[str] = ()) -> str:
         out.append(MASK)
         pos = max(pos, e)
     out.append(value[pos:])
-    return "".join(out)  # not noted: only a text found clean as it is gives itself back
+    return "".join(out)
 
 
 def headers(h: dict[str, str] | Any, *, also: Sequence[str] = ()) -> dict[str, str]:
@@ -509,9 +455,8 @@ def headers(h: dict[str, str] | Any, *, also: Sequence[str] = ()) -> dict[str, s
 def scrub(value: Any, *, also: Sequence[str] = (), whole: bool = True, _depth: int = 0) -> Any:
     """Recursively mask secrets in a JSON-like value (`also`: as in `text`). A document
     nothing in which can be masked is returned itself, not copied. `whole`: test the
-    document serialized first (`_clean_document`), the cheaper way for texts not redacted
-    before; without it, each text `text` returned lately costs a lookup, the cheaper way
-    for a document built of them (the store's last-line scrub of wire logs)."""
+    document serialized first (`_clean_document`), the cheaper way when few of its texts
+    could hold a secret; without it, each text is tested on its own."""
     if _depth > 50:
         return value
     if isinstance(value, str):

@@ -64,8 +64,6 @@ class Engine:
     def __post_init__(self) -> None:
         from agentd.llm.client import LLMClient, RetryPolicy
 
-        # The store scrubs, last, the wire logs this process's transports redacted.
-        redact.note_clean_texts()
         # The API's own tokens are secrets this process may see echoed (events, logs).
         redact.remember(
             self.settings.api_token.get_secret_value() if self.settings.api_token else None,

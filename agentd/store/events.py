@@ -38,9 +38,9 @@ def _request_data(data: Any) -> Any:
     """Scrubbed, except a new-form row's parts: those were redacted piece by piece (and
     scrubbing them would cost O(history) per turn — they are text, not structure)."""
     if isinstance(data, dict) and "parts" in data:
-        rest = redact.scrub({k: v for k, v in data.items() if k != "parts"}, whole=False)
+        rest = redact.scrub({k: v for k, v in data.items() if k != "parts"})
         return {**rest, "parts": {k: redact.text(v) for k, v in data["parts"].items()}}
-    return redact.scrub(data, whole=False)
+    return redact.scrub(data)
 
 
 def _values(e: NewEvent) -> dict[str, Any]:
@@ -53,7 +53,7 @@ def _values(e: NewEvent) -> dict[str, Any]:
         "url": redact.text(e.url) if e.url else None,
         "status": e.status,
         "request_data": _request_data(e.request_data),
-        "response_data": redact.scrub(e.response_data, whole=False),
+        "response_data": redact.scrub(e.response_data),
         "duration": e.duration,
         "log": redact.text(e.log) if e.log else None,
         "tool_call_id": e.tool_call_id,

@@ -3,7 +3,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -82,13 +81,11 @@ _DOCS = st.recursive(
 @given(doc=st.dictionaries(_KEYS, _DOCS, max_size=5) | st.lists(_DOCS, max_size=4))
 def test_the_whole_document_test_never_changes_the_answer(doc: object) -> None:
     redact.remember("canary123456")
-    with _noting_set(True):  # the engine's setting: the walk below looks texts up
-        with _walk_only():
-            expected = redact.scrub(doc, also=["literal-secret-1"])
-        assert redact.scrub(doc, also=["literal-secret-1"]) == expected
-        # Walked again, each text found clean before is looked up, not scanned: the same answer.
-        assert redact.scrub(doc, also=["literal-secret-1"], whole=False) == expected
-        assert redact.scrub(doc, whole=False) == redact.scrub(doc)
+    with _walk_only():
+        expected = redact.scrub(doc, also=["literal-secret-1"])
+    assert redact.scrub(doc, also=["literal-secret-1"]) == expected
+    assert redact.scrub(doc, also=["literal-secret-1"], whole=False) == expected
+    assert redact.scrub(doc, whole=False) == redact.scrub(doc)
 
 
 def test_a_clean_document_is_returned_itself_and_a_dirty_one_masked() -> None:
@@ -122,58 +119,18 @@ def _walk_only() -> Iterator[None]:
         redact._clean_document = saved  # type: ignore[assignment]
 
 
-@contextlib.contextmanager
-def _noting_set(on: bool) -> Iterator[None]:
-    # The setting is process-wide and an Engine built by an earlier test in this worker turns
-    # it on for good: set what a test needs and put back what was there.
-    before = redact._noting
-    redact.note_clean_texts(on)
-    try:
-        yield
-    finally:
-        redact.note_clean_texts(before)
-
-
-@pytest.fixture
-def noting() -> Iterator[None]:
-    with _noting_set(True):
-        yield
-
-
-def test_texts_are_not_noted_unless_a_process_turns_it_on() -> None:
-    value = "".join(["x" * redact._RECENT_MIN, "!"])
-    with _noting_set(False):
-        assert redact.text(value) is value and id(value) not in redact._recent
-
-
-def test_a_text_found_clean_is_looked_up_until_the_known_secrets_change(noting: None) -> None:
+def test_a_text_found_clean_is_masked_once_its_secret_becomes_known() -> None:
     redact.forget_all()
-    value = "".join(["an echo of ", "later-secret-123", " " * redact._RECENT_MIN])  # fresh
+    value = "".join(["an echo of ", "later-secret-123", " " * 64])  # a fresh object
     assert redact.text(value) is value
-    assert redact._recent.get(id(value)) is value
-    # A new secret empties the record: the same object is scanned again and masked.
     redact.remember("later-secret-123")
     try:
-        masked = f"an echo of {redact.MASK}" + " " * redact._RECENT_MIN
+        masked = f"an echo of {redact.MASK}" + " " * 64
         assert redact.text(value) == masked
-        # The store's walk (whole=False) masks it too, and a masked result is not recorded.
         assert redact.scrub({"raw": value}, whole=False) == {"raw": masked}
-        assert all(v != masked for v in redact._recent.values())
+        assert redact.scrub({"raw": value}) == {"raw": masked}
     finally:
         redact.forget_all()
-
-
-def test_the_record_of_clean_texts_is_bounded(noting: None) -> None:
-    redact.forget_all()
-    pad = "p" * redact._RECENT_MIN
-    texts = ["".join([pad, str(i)]) for i in range(redact._RECENT_COUNT + 50)]
-    for t in texts:
-        redact.text(t)
-    assert len(redact._recent) == redact._RECENT_COUNT
-    big = "x" * (redact._RECENT_CHARS // 16 + 1)
-    assert redact.text(big) is big and id(big) not in redact._recent
-    short = "".join(["s", "hort"])  # scanning it again costs no more than noting it
-    assert redact.text(short) is short and id(short) not in redact._recent
 
 
 def test_headers_mask_secret_headers_whole_and_literal_secrets_in_the_rest() -> None:
