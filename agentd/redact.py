@@ -11,8 +11,8 @@ was decoded from, so the rest of the text is stored as it was. See docs/security
 
 Cheap on the hot path: every detector is gated by a substring test, and a decoded view is
 built only when the text holds an escape beyond the `\\n` / `\\"` every JSON body is full of.
-A JSON-like document is first tested whole, serialized: when no gate opens on it, none
-opens on any string inside it, and it is returned as it was without a walk.
+A JSON-like document is first tested whole, its texts joined: when no gate opens on the
+join, none opens on any text in it, and it is returned as it was without a walk.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ import re
 import string
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
-
-import orjson
 
 MASK = "[REDACTED]"
 _SECRET_HEADERS = {
@@ -110,8 +108,8 @@ _LOWER_NEEDLES = tuple(n for n, lower, _ in _PATTERNS if lower)
 _needles: tuple[str, ...] = _FIXED_NEEDLES
 # A document's keys that mask their value whatever it holds, as they appear serialized.
 _QUOTED_KEYS = tuple(f'"{k}"' for k in sorted(_SECRET_KEYS))
-# Characters JSON escapes: a needle holding one does not appear as itself in a serialized
-# document, so the whole-document test (`_clean_document`) is off while such a secret is known.
+# Characters JSON escapes: a needle holding one does not appear as itself in JSON text, so
+# the test of a serialized document (`json_is_clean`) is off while such a secret is known.
 _JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')
 _whole_ok = True
 
@@ -388,25 +386,52 @@ def _may_hold(value: str) -> bool:
 
 
 def _clean_document(value: dict[Any, Any] | list[Any], also: Sequence[str]) -> bool:
-    """True when scrubbing `value` cannot change it: serialized, it holds no needle, no
-    escape a view could start from, no secret key and none of `also`. Each string of the
-    document appears in the serialization as itself, but for the characters JSON escapes
-    (a quote or backslash escaped is still a backslash: `_NOT_PLAIN` sees it), so a gate
-    closed on the whole is closed on every part. False when it cannot tell."""
-    if not _whole_ok:
+    """True when scrubbing `value` cannot change it: no secret key holds a text, and its
+    texts, joined, hold no needle, no escape a view could start from and none of `also`.
+    A gate closed on the join is closed on every text in it (each test looks for something
+    inside one text; the NUL between two texts can only open a gate, never hide one), so
+    the walk that would test each text alone is skipped. False when it cannot tell."""
+    texts: list[str] = []
+    if not _texts_of(value, texts, 0):
         return False
-    try:
-        blob = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
-    except TypeError:  # a value JSON cannot hold (orjson.JSONEncodeError is one)
+    joined = "\x00".join(texts)
+    if also and any(s and s in joined for s in also):
         return False
-    return json_is_clean(blob, also=also)
+    return not _may_hold(joined)
+
+
+def _texts_of(value: Any, out: list[str], depth: int) -> bool:
+    """Adds the texts `scrub` would test to `out`; False where it would mask a value by its
+    key (or nests too deep to tell)."""
+    if depth > 50:
+        return False
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, str):
+                if v and isinstance(k, str) and k.lower() in _SECRET_KEYS:
+                    return False
+                out.append(v)
+            elif not _texts_of(v, out, depth + 1):
+                return False
+    elif isinstance(value, list | tuple):
+        for v in value:
+            if isinstance(v, str):
+                out.append(v)
+            elif not _texts_of(v, out, depth + 1):
+                return False
+    return True
 
 
 def json_is_clean(blob: str, *, also: Sequence[str] = ()) -> bool:
     """True when scrubbing the value whose JSON text (or a run of whole members or elements
-    of it) is `blob` cannot change it: `_clean_document`'s test, on a text already made.
-    The text must be JSON as `json.dumps(..., ensure_ascii=False)` or orjson writes it (a
-    string is itself there but for the characters JSON escapes). False when it cannot tell."""
+    of it) is `blob` cannot change it: each string of the value is in `blob` as itself but
+    for the characters JSON escapes (a quote or backslash escaped is still a backslash:
+    `_NOT_PLAIN` sees it), so a gate closed on the whole is closed on every part. For a
+    text already made (a wire-log piece); `_clean_document` tests a value. The text must be
+    JSON as `json.dumps(..., ensure_ascii=False)` or orjson writes it. False when it cannot
+    tell."""
     if not _whole_ok or any(_JSON_ESCAPED.search(s) for s in also):
         return False
     if _may_hold(blob) or any(map(blob.__contains__, also)):
@@ -455,7 +480,7 @@ def headers(h: dict[str, str] | Any, *, also: Sequence[str] = ()) -> dict[str, s
 def scrub(value: Any, *, also: Sequence[str] = (), whole: bool = True, _depth: int = 0) -> Any:
     """Recursively mask secrets in a JSON-like value (`also`: as in `text`). A document
     nothing in which can be masked is returned itself, not copied. `whole`: test the
-    document serialized first (`_clean_document`), the cheaper way when few of its texts
+    document's texts joined first (`_clean_document`), the cheaper way when few of them
     could hold a secret; without it, each text is tested on its own."""
     if _depth > 50:
         return value

@@ -98,6 +98,20 @@ def test_a_clean_document_is_returned_itself_and_a_dirty_one_masked() -> None:
     assert redact.scrub(keyed) == {"nested": {"Api_Key": redact.MASK}}
 
 
+def test_a_document_of_json_texts_is_returned_itself_and_one_secret_in_it_masked() -> None:
+    # An MCP result whose text is itself JSON: serialized, its quotes become \\\" — the
+    # texts, tested together as they are, hold no escape a view could decode.
+    raw = '{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"{\\"sum\\": 4}"}]}}'
+    doc = {"raw": raw, "headers": {"content-type": "application/json"}, "n": [1, None]}
+    assert redact.scrub(doc) is doc
+    leaky = {"raw": raw, "headers": {"x-echo": "Bearer abcdefghijklmnop"}}
+    assert redact.scrub(leaky)["headers"]["x-echo"] == f"Bearer {redact.MASK}"
+    keyed = {"raw": raw, "api_key": "anything-at-all"}
+    assert redact.scrub(keyed) == {"raw": raw, "api_key": redact.MASK}
+    # A text ending in a backslash and the next one starting a letter: no escape in either.
+    assert redact.scrub(["C:\\dir\\", "n"]) == ["C:\\dir\\", "n"]
+
+
 def test_a_secret_json_escapes_turns_the_whole_document_test_off() -> None:
     # A quote inside a known secret is escaped when serialized: the document must be walked.
     secret = 'quote"d-secret-value'
