@@ -48,16 +48,17 @@ _SECRET_KEYS = {
     "x-goog-api-key",
 } | _SECRET_HEADERS
 
+_PARAM = re.compile(r"(?i)[?&](?:key|api_key|apikey|token|access_token)=(?P<s>[^&\s\"'\\]+)")
+
 # (needle that must occur, lower-cased text?, pattern whose group "s" — or whole match — is
 # the secret). The needle keeps the regex off texts that cannot match.
 _PATTERNS: list[tuple[str, bool, re.Pattern[str]]] = [
     ("bearer", True, re.compile(r"(?i)bearer\s+(?P<s>[A-Za-z0-9._~+/=-]+)")),
     ("basic", True, re.compile(r"(?i)\bbasic\s+(?P<s>[A-Za-z0-9+/_-]{6,}={0,2})")),
-    (
-        "=",
-        False,
-        re.compile(r"(?i)[?&](?:key|api_key|apikey|token|access_token)=(?P<s>[^&\s\"'\\]+)"),
-    ),
+    # Every name the `key=` pattern knows ends in "key=" or "token=" (any case): gated on
+    # those, not on "=", which half of all texts hold (`charset=utf-8`, `is_success=True`).
+    ("key=", True, _PARAM),
+    ("token=", True, _PARAM),
     ("sk-", False, re.compile(r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_-]{8,}")),
     ("AIza", False, re.compile(r"(?<![A-Za-z0-9])AIza[A-Za-z0-9_-]{20,}")),
 ]

@@ -28,7 +28,8 @@ _PIECES = st.sampled_from(
     [
         "\\", "\\\\", "\\n", '\\"', "\\u0073", "\\u00", "u0073", "%73", "%2", "%", '"', ":",
         "data:", "data: ", "\n", "k", "-", "sk-", "s", "AIza", "Bearer ", "bEaReR\t", "basic ",
-        "Basic dXNlcjpwYXNz", "?key=", "&token=", "=", "c2stY2FuYXJ5", "Y2FuYXJ5",
+        "Basic dXNlcjpwYXNz", "?key=", "&token=", "=", "?API_KEY=", "&Access_Token=",
+        "c2stY2FuYXJ5", "Y2FuYXJ5",
         "\u0130", "\u017f",
         "canary123456", "x", " ", "{", "}", "0", "/", "+",
     ]
