@@ -410,9 +410,9 @@ def _texts_of(value: Any, out: list[str], depth: int) -> bool:
         out.append(value)
     elif isinstance(value, dict):
         for k, v in value.items():
-            if isinstance(v, str):
-                if v and isinstance(k, str) and k.lower() in _SECRET_KEYS:
-                    return False
+            if _masked_by_key(k, v):
+                return False
+            if isinstance(v, str):  # inline: most values are texts (a call each would cost)
                 out.append(v)
             elif not _texts_of(v, out, depth + 1):
                 return False
@@ -423,6 +423,16 @@ def _texts_of(value: Any, out: list[str], depth: int) -> bool:
             elif not _texts_of(v, out, depth + 1):
                 return False
     return True
+
+
+def _masked_by_key(key: object, value: object) -> bool:
+    """A member `scrub` masks whole for its key: a non-empty text under a secret's name."""
+    return (
+        isinstance(value, str)
+        and bool(value)
+        and isinstance(key, str)
+        and key.lower() in _SECRET_KEYS
+    )
 
 
 def json_is_clean(blob: str, *, also: Sequence[str] = ()) -> bool:
@@ -492,11 +502,7 @@ def scrub(value: Any, *, also: Sequence[str] = (), whole: bool = True, _depth: i
             return value
         out = {}
         for k, v in value.items():
-            secret = isinstance(k, str) and k.lower() in _SECRET_KEYS
-            if secret and isinstance(v, str) and v:
-                out[k] = MASK
-            else:
-                out[k] = scrub(v, also=also, _depth=_depth + 1)
+            out[k] = MASK if _masked_by_key(k, v) else scrub(v, also=also, _depth=_depth + 1)
         return out
     if isinstance(value, list | tuple):
         if _depth == 0 and whole and isinstance(value, list) and _clean_document(value, also):
