@@ -155,7 +155,10 @@ def agentd_env(db_url: str, port: int, token: str, config: Path, c: int) -> dict
     }
 
 
-def toml_agent(llm_url: str, mcp_url: str) -> str:
+def toml_agent(llm_url: str, mcp_url: str, session: str = "loop") -> str:
+    """B11's agent. `session`: the MCP server's `session` key ("loop", the default, is
+    left out, so trees from before the key existed read the same file)."""
+    shared = f'session = "{session}"\n' if session != "loop" else ""
     return f"""
 [agents.bench]
 dialect = "open_ai"
@@ -168,7 +171,7 @@ max_steps = 100
 [[agents.bench.mcps]]
 name = "fake"
 url = "{mcp_url}"
-"""
+{shared}"""
 
 
 def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -272,7 +275,7 @@ class SrcDB(ThrowawayDB):
 async def run_agentd(a: argparse.Namespace, llm_url: str, mcp_url: str, tag: str) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="b11-"))
     config = work / "agentd.toml"
-    config.write_text(toml_agent(llm_url, mcp_url))
+    config.write_text(toml_agent(llm_url, mcp_url, a.mcp_session))
     token = secrets.token_hex(16)
     port = free_port()
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -719,6 +722,14 @@ def main() -> None:
         default="fake",
         choices=["fake", "sdk"],
         help="the MCP server: agentd's fake, or one built with the official mcp SDK",
+    )
+    p.add_argument(
+        "--mcp-session",
+        default="process",
+        choices=["loop", "process"],
+        help="the agent's MCP `session` key: one session per worker process shared by every"
+        " loop, as DBOS and the bare loop do (the default here), or one per loop (agentd's"
+        " default; the only choice for trees before the key existed)",
     )
     p.add_argument("--bare-child", nargs=2, metavar=("LLM", "MCP"))
     p.add_argument(

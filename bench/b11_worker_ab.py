@@ -49,15 +49,17 @@ from bench.common import PY, RESULTS, ThrowawayDB, fake_llm, fake_mcp, save, tab
 class Setup:
     """One tree's database, API and worker (started, then stopped at once)."""
 
-    def __init__(self, tag: str, src: str | None, extra_env: list[str] | None = None) -> None:
-        self.tag, self.src = tag, src
+    def __init__(
+        self, tag: str, src: str | None, extra_env: list[str] | None = None, session: str = "loop"
+    ) -> None:
+        self.tag, self.src, self.session = tag, src, session
         self.extra_env = dict(kv.split("=", 1) for kv in extra_env or [])
         self.procs: list[subprocess.Popen[bytes]] = []
 
     async def start(self, stack: AsyncExitStack, a: argparse.Namespace, llm: str, mcp: str) -> None:
         work = Path(tempfile.mkdtemp(prefix=f"b11ab-{self.tag}-"))
         config = work / "agentd.toml"
-        config.write_text(toml_agent(llm, mcp))
+        config.write_text(toml_agent(llm, mcp, self.session))
         token, port = secrets.token_hex(16), free_port()
         tdb = await stack.enter_async_context(
             SrcDB("b11ab", self.src) if self.src else ThrowawayDB("b11ab")
@@ -107,7 +109,10 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("--window: at most 3.5 s (the fakes drop idle keep-alive connections)")
     mcp, llm = fake_mcp(), fake_llm(rules())
     llm_url, mcp_url = f"http://127.0.0.1:{llm.port}", f"http://127.0.0.1:{mcp.port}/mcp"
-    setups = {"old": Setup("old", a.old, a.old_env), "new": Setup("new", a.new, a.new_env)}
+    setups = {
+        "old": Setup("old", a.old, a.old_env, a.old_mcp_session),
+        "new": Setup("new", a.new, a.new_env, a.new_mcp_session),
+    }
     totals = {tag: {"seconds": 0.0, "jobs": 0, "cpu": 0.0} for tag in setups}
     windows: list[dict[str, Any]] = []
     try:
@@ -177,6 +182,12 @@ def main() -> None:
             action="append",
             metavar="NAME=VALUE",
             help=f"an environment variable for the {tag} tree's agentd (repeatable)",
+        )
+        p.add_argument(
+            f"--{tag}-mcp-session",
+            default="loop",
+            choices=["loop", "process"],
+            help=f"the {tag} tree's MCP `session` key (`process` needs a tree that has it)",
         )
     a = p.parse_args()
     out = asyncio.run(main_async(a))

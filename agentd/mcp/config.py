@@ -34,6 +34,11 @@ class McpServerConfig(BaseModel):
     required_tools: list[str] = Field(default_factory=list)
     prefix: str | None = None
     session_recovery: Literal["auto", "fail"] = "auto"
+    #: "loop": each loop opens its own session (a stateful server keeps loops apart);
+    #: "process": one session and one tool listing per worker process serve every loop.
+    session: Literal["loop", "process"] = "loop"
+    #: "process" only: seconds before the shared session and its tool list are renewed.
+    session_ttl: float = Field(default=300.0, gt=0)
     timeout: float = Field(default=60.0, gt=0)
     command: list[str] | None = None
     env: dict[str, str] | None = None
@@ -56,6 +61,10 @@ class McpServerConfig(BaseModel):
             obj = getattr(self, key)
             if obj is not None and not callable(getattr(obj, "deliver", None)):
                 raise ValueError(f"MCP server {self.name!r}: {key} has no deliver() method")
+        if self.session == "process" and self.url is None:
+            raise ValueError(
+                f"MCP server {self.name!r}: session = 'process' is for url (HTTP) servers only"
+            )
         if self.prefix is not None and not self.prefix:
             raise ValueError(f"MCP server {self.name!r}: prefix must not be empty")
         return self

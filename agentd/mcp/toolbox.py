@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentd.errors import ConfigError, McpError, UnknownTool
+from agentd.mcp import shared_sessions
 from agentd.mcp.client import (
     Exchange,
     McpClient,
@@ -57,9 +58,12 @@ class Toolbox:
         """Call a tool by its advertised name; a recovered session replaces the stored one."""
         tool = self.get(advertised_name)
         session = self.sessions[tool.server]
-        outcome = await self.clients[tool.server].call_tool(
+        client = self.clients[tool.server]
+        outcome = await client.call_tool(
             tool.remote_name, arguments, session_id=session.session_id, context=context
         )
+        if client.config.session == "process" and outcome.session_id != session.session_id:
+            shared_sessions.replaced(client.config, session.session_id, outcome.session_id)
         session.session_id = outcome.session_id
         return outcome
 
@@ -114,6 +118,14 @@ async def open_toolbox(
 
 
 async def _open(
+    client: McpClient, context: CallContext | None
+) -> tuple[SessionInfo, list[McpTool], list[Exchange]]:
+    if client.config.session == "process":
+        return await shared_sessions.open_shared(client.config, lambda: _open_new(client, context))
+    return await _open_new(client, context)
+
+
+async def _open_new(
     client: McpClient, context: CallContext | None
 ) -> tuple[SessionInfo, list[McpTool], list[Exchange]]:
     info = await client.initialize(context)

@@ -35,6 +35,7 @@ def test_config_agent_has_every_key(monkeypatch: pytest.MonkeyPatch) -> None:
                     "prefix": "billing",
                 },
                 {"name": "fs", "command": ["npx", "server"], "timeout": 30},
+                {"name": "calc", "url": "http://c/mcp", "session": "process", "session_ttl": 9},
             ],
         },
     )
@@ -46,6 +47,11 @@ def test_config_agent_has_every_key(monkeypatch: pytest.MonkeyPatch) -> None:
     servers = agent.mcp_servers()
     assert servers[0].api_token == "tok" and servers[0].prefix == "billing"
     assert servers[1].command == ["npx", "server"] and servers[1].timeout == 30
+    assert (servers[0].session, servers[2].session, servers[2].session_ttl) == (
+        "loop",
+        "process",
+        9,
+    )
     assert agent.mcp_servers()[0] is servers[0]  # parsed once, not per job
     monkeypatch.setenv("BILLING_TOKEN", "rotated")
     assert agent.mcp_servers()[0].api_token == "rotated"

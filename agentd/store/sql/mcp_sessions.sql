@@ -25,7 +25,9 @@ WHERE loop_id = $1 AND mcp_name = $2;
 -- statement; the caller commits, THEN sends each DELETE, so a session is ended at most
 -- once, by one worker, and a loop continued later opens a new one (the MCP client
 -- initializes on a NULL id). Both rows SKIP LOCKED: a continue holding the loop is
--- passed over (next sweep), one after sees the id gone. Synthetic ('stateless-') ids and stdio/in-process sessions are never ended.
+-- passed over (next sweep), one after sees the id gone. Synthetic ('stateless-') ids,
+-- stdio/in-process sessions and the sessions a worker shares among its loops
+-- (metadata.shared, `session = "process"`) are never ended.
 -- $1 grace float8 · $2 batch int
 WITH c AS (
     SELECT s.id, s.session_id, l.id AS loop_id, l.agent, l.subject, l.state, l.step_count
@@ -34,6 +36,7 @@ WITH c AS (
       AND l.updated_at < now() - make_interval(secs => $1::float8)
       AND s.transport_kind = 'http' AND s.session_id IS NOT NULL
       AND s.session_id NOT LIKE 'stateless-%'
+      AND NOT (s.metadata ? 'shared')  -- a worker's shared session: other loops use it
     ORDER BY s.id
     LIMIT $2
     FOR NO KEY UPDATE OF s SKIP LOCKED

@@ -55,3 +55,15 @@ def test_session_recovery_only_accepts_auto_or_fail() -> None:
 def test_a_shell_string_command_is_rejected() -> None:
     with pytest.raises(ConfigError, match="command"):
         McpServerConfig.parse({"name": "m", "command": "npx server"})
+
+
+def test_a_shared_session_is_for_http_servers_only() -> None:
+    assert McpServerConfig(name="w", url="http://x/mcp").session == "loop"
+    shared = McpServerConfig(name="w", url="http://x/mcp", session="process", session_ttl=30)
+    assert (shared.session, shared.session_ttl) == ("process", 30)
+    with pytest.raises(ConfigError, match="url \\(HTTP\\) servers only"):
+        McpServerConfig.parse({"name": "fs", "command": ["srv"], "session": "process"})
+    with pytest.raises(ConfigError, match="session"):
+        McpServerConfig.parse({"name": "w", "url": "http://x/mcp", "session": "global"})
+    with pytest.raises(ConfigError, match="session_ttl"):
+        McpServerConfig.parse({"name": "w", "url": "http://x/mcp", "session_ttl": 0})

@@ -1,0 +1,113 @@
+"""MCP sessions a worker process shares among its loops (`session = "process"`).
+
+By default every loop opens its own session with each HTTP server (initialize, the
+initialized notification, tools/list: three exchanges on its first turn), because a
+stateful server may keep per-session state that must not leak between conversations.
+A server whose tools keep no such state can be marked `session = "process"`: then one
+session, and one tool listing, serve every loop of the process. A loop's first turn takes
+them from here (no exchange at all) and records them on its own rows as usual; they are
+opened again once older than the server's `session_ttl`, or at once when a call finds the
+session gone (the recovered id replaces the shared one, so the next call of any loop uses
+it).
+
+Keyed by everything that shapes the session (name, URL, credentials, headers, whitelist,
+prefix) and held per event loop, so two engines in one process (tests) never share a lock.
+The shared session is never ended with DELETE by the session ender (other loops use it);
+the server expires it when the process is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from agentd.mcp.client import Exchange, McpTool, SessionInfo
+from agentd.mcp.config import McpServerConfig
+
+#: Set in a shared session's stored metadata: the session ender passes such rows over.
+SHARED_KEY = "shared"
+
+Opened = tuple[SessionInfo, list[McpTool], list[Exchange]]
+Key = tuple[Any, ...]
+
+
+@dataclass
+class _Entry:
+    info: SessionInfo
+    tools: list[McpTool]
+    expires: float
+
+
+@dataclass
+class _Store:
+    entries: dict[Key, _Entry] = field(default_factory=dict)
+    locks: dict[Key, asyncio.Lock] = field(default_factory=dict)
+
+
+_STORES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Store] = weakref.WeakKeyDictionary()
+
+
+def key_of(config: McpServerConfig) -> Key:
+    return (
+        config.name,
+        config.url,
+        config.api_token,
+        tuple(sorted(config.headers.items())),
+        None if config.tools is None else tuple(config.tools),
+        config.prefix,
+    )
+
+
+def _store() -> _Store:
+    loop = asyncio.get_running_loop()
+    found = _STORES.get(loop)
+    if found is None:
+        found = _STORES[loop] = _Store()
+    return found
+
+
+def _copy(entry: _Entry) -> Opened:
+    """A loop's own copy: callers store and may amend the metadata."""
+    info = replace(entry.info, metadata=dict(entry.info.metadata), exchanges=[])
+    return info, list(entry.tools), []
+
+
+async def open_shared(config: McpServerConfig, open_new: Callable[[], Awaitable[Opened]]) -> Opened:
+    """The process's session with `config`'s server, opened by `open_new` when there is
+    none or it has expired. One loop opens it while the others wait for it; only that
+    loop's result carries the exchanges (its wire log)."""
+    store, key = _store(), key_of(config)
+    entry = store.entries.get(key)
+    if entry is not None and entry.expires > time.monotonic():
+        return _copy(entry)
+    lock = store.locks.setdefault(key, asyncio.Lock())
+    async with lock:
+        entry = store.entries.get(key)
+        if entry is not None and entry.expires > time.monotonic():
+            return _copy(entry)
+        info, tools, exchanges = await open_new()
+        info.metadata[SHARED_KEY] = True
+        store.entries[key] = _Entry(info, tools, time.monotonic() + config.session_ttl)
+        return info, tools, exchanges
+
+
+def current(config: McpServerConfig) -> str | None:
+    """The shared session id now (a recovery elsewhere may have replaced a loop's)."""
+    entry = _store().entries.get(key_of(config))
+    return None if entry is None else entry.info.session_id
+
+
+def replaced(config: McpServerConfig, old: str, new: str) -> None:
+    """A call found `old` gone and opened `new`: every loop uses `new` from now on."""
+    entry = _store().entries.get(key_of(config))
+    if entry is not None and entry.info.session_id == old:
+        entry.info = replace(entry.info, session_id=new)
+
+
+def clear() -> None:
+    """Forget every shared session of this event loop (tests)."""
+    _STORES.pop(asyncio.get_running_loop(), None)

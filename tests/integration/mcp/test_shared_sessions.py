@@ -1,0 +1,128 @@
+"""`session = "process"`: one MCP session and one tool listing per worker process serve
+every loop; a lost session is recovered once for all of them; the ender never ends it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from agentd.db.pool import Pool, connection
+from agentd.engine.mcp_session_ender import McpSessionEnder
+from agentd.registry import AgentRegistry
+from agentd.store import events, loops, mcp, tool_calls
+from agentd.testing import agents
+from agentd.testing.engine import eventually, fast_settings, running_engine
+from agentd.testing.fake_llm import FakeLLM, Reply, Rule, ToolCall
+from agentd.testing.fake_mcp import FakeMcpServer
+
+
+def _script(fake: FakeLLM) -> None:
+    fake.add(
+        Rule(
+            match=lambda last: last.role == "user",
+            reply=Reply(tool_calls=[ToolCall("web__echo", {"text": "hi"})]),
+        )
+    )
+    fake.add(Rule(match=lambda last: last.role == "tool", reply=Reply(content="done")))
+
+
+def _registry(url: str, **shared: Any) -> AgentRegistry:
+    class Web(agents.CalcAgent):
+        mcps = [{"name": "web", "url": url, "prefix": "web", "session": "process", **shared}]
+
+    registry = AgentRegistry()
+    registry.register("web", Web)
+    return registry
+
+
+async def _all_completed(pool: Pool, ids: list[Any]) -> bool:
+    async with connection(pool) as conn:
+        rows = [await loops.get(conn, loop_id=i) for i in ids]
+    return all(r is not None and r.status == "completed" for r in rows)
+
+
+async def _session_row(pool: Pool, loop_id: Any) -> dict[str, Any]:
+    async with connection(pool) as conn:
+        (row,) = await mcp.list_sessions(conn, loop_id=loop_id)
+    return row
+
+
+async def _results(pool: Pool, loop_id: Any) -> list[tuple[bool | None, str | None]]:
+    async with connection(pool) as conn:
+        return [
+            (c.is_success, c.result) for c in await tool_calls.list_for_loop(conn, loop_id=loop_id)
+        ]
+
+
+async def _run(engine: Any, pool: Pool, fake: FakeLLM, n: int) -> list[Any]:
+    started = await asyncio.gather(
+        *(
+            engine.lifecycle.start(agent="web", message="go", state={"llm": fake.base_url})
+            for _ in range(n)
+        )
+    )
+    ids = [loop.id for loop in started]
+    await eventually(lambda: _all_completed(pool, ids))
+    return ids
+
+
+async def test_loops_share_one_session_and_listing_and_the_ender_leaves_it(
+    pool: Pool, database_url: str
+) -> None:
+    async with FakeLLM() as fake, FakeMcpServer() as server:
+        _script(fake)
+        registry = _registry(server.url)
+        async with running_engine(pool, database_url, registry) as engine:
+            ids = await _run(engine, pool, fake, 4)  # started together: one opens, three wait
+            rows = [await _session_row(pool, i) for i in ids]
+            assert len(server.calls("initialize")) == 1
+            assert len(server.calls("tools/list")) == 1
+            (shared,) = {r["session_id"] for r in rows}
+            assert shared in server.sessions
+            assert all(r["metadata"]["shared"] is True for r in rows)
+            for i in ids:
+                assert await _results(pool, i) == [(True, "hi")]
+            # Only the loop that opened the session logged the handshake.
+            async with connection(pool) as conn:
+                logged = [
+                    [e.name for e in await events.list_(conn, loop_id=i, after_id=0, limit=100)]
+                    for i in ids
+                ]
+            assert sum(names.count("mcp.initialize") for names in logged) == 1
+
+            # Finished loops' shared session is not ended: other loops of the worker use it.
+            ender = McpSessionEnder(fast_settings(mcp_session_end_grace=0.0), pool, registry)
+            assert (await ender.end_once()).claimed == 0
+            assert not [r for r in server.requests if r.http_method == "DELETE"]
+
+            # The server forgets it: the next call recovers it once, for every later loop.
+            server.expire_sessions()
+            (first,) = await _run(engine, pool, fake, 1)
+            assert len(server.calls("initialize")) == 2
+            recovered = (await _session_row(pool, first))["session_id"]
+            assert recovered != shared and recovered in server.sessions
+            later = await _run(engine, pool, fake, 2)
+            assert len(server.calls("initialize")) == 2  # no 404 round trip per loop
+            for i in [first, *later]:
+                assert await _results(pool, i) == [(True, "hi")]
+            calls_after = server.calls()[-2:]
+            assert {c.session_id for c in calls_after} == {recovered}
+
+
+async def test_a_shared_session_older_than_its_ttl_is_opened_again(
+    pool: Pool, database_url: str
+) -> None:
+    async with FakeLLM() as fake, FakeMcpServer() as server:
+        _script(fake)
+        registry = _registry(server.url, session_ttl=0.001)
+        async with running_engine(pool, database_url, registry) as engine:
+            (a,) = await _run(engine, pool, fake, 1)
+            (b,) = await _run(engine, pool, fake, 1)
+            assert len(server.calls("initialize")) == 2
+            assert len(server.calls("tools/list")) == 2
+            sa, sb = (
+                (await _session_row(pool, a))["session_id"],
+                (await _session_row(pool, b))["session_id"],
+            )
+            assert sa != sb
+            assert await _results(pool, b) == [(True, "hi")]
