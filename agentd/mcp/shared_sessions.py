@@ -91,7 +91,8 @@ async def open_shared(config: McpServerConfig, open_new: Callable[[], Awaitable[
             return _copy(entry)
         info, tools, exchanges = await open_new()
         info.metadata[SHARED_KEY] = True
-        store.entries[key] = _Entry(info, tools, time.monotonic() + config.session_ttl)
+        kept = replace(info, metadata=dict(info.metadata), exchanges=[])
+        store.entries[key] = _Entry(kept, list(tools), time.monotonic() + config.session_ttl)
         return info, tools, exchanges
 
 
@@ -106,8 +107,3 @@ def replaced(config: McpServerConfig, old: str, new: str) -> None:
     entry = _store().entries.get(key_of(config))
     if entry is not None and entry.info.session_id == old:
         entry.info = replace(entry.info, session_id=new)
-
-
-def clear() -> None:
-    """Forget every shared session of this event loop (tests)."""
-    _STORES.pop(asyncio.get_running_loop(), None)
