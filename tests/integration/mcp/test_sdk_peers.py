@@ -18,7 +18,7 @@ from agentd.mcp.config import McpServerConfig
 from agentd.mcp.http import HttpTransport
 from agentd.mcp.toolbox import open_toolbox
 from agentd.registry import AgentRegistry
-from agentd.store import loops, tool_calls
+from agentd.store import loops, mcp, tool_calls
 from agentd.testing import agents
 from agentd.testing.engine import eventually, fast_settings, running_engine
 from agentd.testing.fake_llm import FakeLLM, Reply, Rule, ToolCall
@@ -190,3 +190,57 @@ async def finished(pool: Pool, loop_id: Any) -> bool:
     async with connection(pool) as conn:
         row = await loops.get(conn, loop_id=loop_id)
     return row is not None and row.status in ("completed", "failed")
+
+
+async def test_loops_share_one_session_with_each_major_across_a_restart(
+    sdk_peer: tuple[str, PeerProcess], pool: Pool, database_url: str
+) -> None:
+    """`session = "process"` against the official SDK: concurrent loops share one session;
+    after the server restarts (a handshake session is gone), the first call recovers it
+    and the loops after it use the recovered one."""
+    major, peer = sdk_peer
+
+    class Shared(agents.CalcAgent):
+        mcps = [{"name": "sdk", "url": peer.url, "timeout": 15, "session": "process"}]
+
+    reg = AgentRegistry()
+    reg.register("shared", Shared)
+
+    async def run(engine: Any, llm: FakeLLM, n: int) -> list[Any]:
+        ids = [
+            (
+                await engine.lifecycle.start(
+                    agent="shared", message="add please", state={"llm": llm.base_url}
+                )
+            ).id
+            for _ in range(n)
+        ]
+        for i in ids:
+            await eventually(lambda i=i: finished(pool, i), within=30)
+        return ids
+
+    async def sessions(ids: list[Any]) -> set[str]:
+        async with connection(pool) as conn:
+            return {s["session_id"] for i in ids for s in await mcp.list_sessions(conn, loop_id=i)}
+
+    async with FakeLLM() as llm:
+        llm.add(
+            Rule(match="add please", reply=Reply(tool_calls=[ToolCall("add", {"a": 2, "b": 3})]))
+        )
+        llm.add(Rule(reply=Reply(content="done")))
+        async with running_engine(pool, database_url, reg, settings=fast_settings()) as engine:
+            before = await run(engine, llm, 3)
+            await peer.restart()
+            first = await run(engine, llm, 1)
+            later = await run(engine, llm, 2)
+    (shared,) = await sessions(before)
+    (recovered,) = await sessions(first)
+    assert await sessions(later) == {recovered}
+    if major == "1":  # a handshake session died with the process: a new one was opened
+        assert recovered != shared
+    async with connection(pool) as conn:
+        for i in [*before, *first, *later]:
+            row = await loops.get(conn, loop_id=i)
+            (call,) = await tool_calls.list_for_loop(conn, loop_id=i)
+            assert row is not None and row.status == "completed"
+            assert call.is_success and "5" in (call.result or ""), call.result
