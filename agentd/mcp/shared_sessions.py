@@ -45,7 +45,8 @@ class _Entry:
 @dataclass
 class _Store:
     entries: dict[Key, _Entry] = field(default_factory=dict)
-    locks: dict[Key, asyncio.Lock] = field(default_factory=dict)
+    #: the open in flight per server: the loops that need it meanwhile wait for its end
+    opening: dict[Key, asyncio.Future[None]] = field(default_factory=dict)
 
 
 _STORES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Store] = weakref.WeakKeyDictionary()
@@ -78,22 +79,45 @@ def _copy(entry: _Entry) -> Opened:
 
 async def open_shared(config: McpServerConfig, open_new: Callable[[], Awaitable[Opened]]) -> Opened:
     """The process's session with `config`'s server, opened by `open_new` when there is
-    none or it has expired. One loop opens it while the others wait for it; only that
-    loop's result carries the exchanges (its wire log)."""
+    none or it has expired. One loop opens it while the others wait for that one attempt:
+    they share its session, or its error (so a server that hangs costs each of them one
+    timeout, not one each in turn). Only the opener's result carries the exchanges (its
+    wire log). An opener cancelled (its loop paused) hands the open to a waiter."""
     store, key = _store(), key_of(config)
-    entry = store.entries.get(key)
-    if entry is not None and entry.expires > time.monotonic():
-        return _copy(entry)
-    lock = store.locks.setdefault(key, asyncio.Lock())
-    async with lock:
+    while True:
         entry = store.entries.get(key)
         if entry is not None and entry.expires > time.monotonic():
             return _copy(entry)
+        attempt = store.opening.get(key)
+        if attempt is None:
+            break
+        try:
+            await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            if not attempt.cancelled():
+                raise  # this loop was cancelled, not the opener
+        # Opened (the entry is there now) or the opener was cancelled: look again.
+    attempt = asyncio.get_running_loop().create_future()
+    # Waiters read the error; with none, reading it here keeps asyncio from logging it.
+    attempt.add_done_callback(lambda f: f.cancelled() or f.exception())
+    store.opening[key] = attempt
+    try:
         info, tools, exchanges = await open_new()
         info.metadata[SHARED_KEY] = True
         kept = replace(info, metadata=dict(info.metadata), exchanges=[])
         store.entries[key] = _Entry(kept, list(tools), time.monotonic() + config.session_ttl)
-        return info, tools, exchanges
+    except asyncio.CancelledError:
+        attempt.cancel()
+        raise
+    except BaseException as exc:
+        attempt.set_exception(exc)
+        raise
+    else:
+        attempt.set_result(None)
+    finally:
+        if store.opening.get(key) is attempt:
+            del store.opening[key]
+    return info, tools, exchanges
 
 
 def current(config: McpServerConfig) -> str | None:
