@@ -40,8 +40,8 @@ class McpEntryConfig(BaseModel):
     required_tools: list[str] = Field(default_factory=list)
     prefix: str | None = None
     session_recovery: Literal["auto", "fail"] = "auto"
-    session: Literal["loop", "process"] = "loop"
-    session_ttl: float = 300.0
+    session: Literal["loop", "process"] | None = None  # None: McpServerConfig's default
+    session_ttl: float | None = None
     timeout: float = 60.0
     env: dict[str, str] | None = None
     cwd: str | None = None

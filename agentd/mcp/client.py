@@ -13,7 +13,7 @@ from mcp.shared import inbound
 
 from agentd import logs
 from agentd.errors import McpError, McpSessionInvalid
-from agentd.mcp import eras, jsonrpc
+from agentd.mcp import eras, jsonrpc, shared_sessions
 from agentd.mcp.config import McpServerConfig
 from agentd.mcp.port import (
     IDEMPOTENCY_META_KEY,
@@ -262,6 +262,10 @@ class McpClient:
             params["requestState"] = request_state
         if task is not None:
             params["task"] = task
+        shared = self.config.session == "process"
+        if shared:  # another loop of this process may have recovered the shared session
+            session_id = shared_sessions.current(self.config) or session_id
+        used = session_id
         if not session_id and self._ends_sessions:
             # No stored session: agentd ended it with DELETE after the loop finished, and
             # the loop was continued since. Open a new one; the caller stores its id.
@@ -280,6 +284,8 @@ class McpClient:
             delivery = await self._deliver(
                 jsonrpc.request("tools/call", params), session_id, context, exchanges
             )
+        if shared and session_id != used:  # every loop of the process uses the new one
+            shared_sessions.replaced(self.config, used, session_id)
         outcome = _outcome(delivery.body, session_id, exchanges, refused=delivery.refused)
         if _is_client_bug(outcome.error_code, arguments, input_schema):
             log.error(

@@ -23,15 +23,18 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentd.mcp.client import Exchange, McpTool, SessionInfo
 from agentd.mcp.config import McpServerConfig
+
+if TYPE_CHECKING:  # McpClient.call_tool uses this module: its types only for the checker
+    from agentd.mcp.client import Exchange, McpTool, SessionInfo
+
+    Opened = tuple[SessionInfo, list[McpTool], list[Exchange]]
 
 #: Set in a shared session's stored metadata: the session ender passes such rows over.
 SHARED_KEY = "shared"
 
-Opened = tuple[SessionInfo, list[McpTool], list[Exchange]]
 Key = tuple[Any, ...]
 
 
@@ -71,10 +74,14 @@ def _store() -> _Store:
     return found
 
 
+def _own(info: SessionInfo) -> SessionInfo:
+    """A copy of `info` whose metadata its holder may amend, without the exchanges."""
+    return replace(info, metadata=dict(info.metadata), exchanges=[])
+
+
 def _copy(entry: _Entry) -> Opened:
-    """A loop's own copy: callers store and may amend the metadata."""
-    info = replace(entry.info, metadata=dict(entry.info.metadata), exchanges=[])
-    return info, list(entry.tools), []
+    """A loop's own copy of the shared session (its rows store the metadata)."""
+    return _own(entry.info), list(entry.tools), []
 
 
 async def open_shared(config: McpServerConfig, open_new: Callable[[], Awaitable[Opened]]) -> Opened:
@@ -104,8 +111,8 @@ async def open_shared(config: McpServerConfig, open_new: Callable[[], Awaitable[
     try:
         info, tools, exchanges = await open_new()
         info.metadata[SHARED_KEY] = True
-        kept = replace(info, metadata=dict(info.metadata), exchanges=[])
-        store.entries[key] = _Entry(kept, list(tools), time.monotonic() + config.session_ttl)
+        expires = time.monotonic() + config.session_ttl
+        store.entries[key] = _Entry(_own(info), list(tools), expires)
     except asyncio.CancelledError:
         attempt.cancel()
         raise

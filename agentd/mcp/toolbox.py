@@ -58,12 +58,9 @@ class Toolbox:
         """Call a tool by its advertised name; a recovered session replaces the stored one."""
         tool = self.get(advertised_name)
         session = self.sessions[tool.server]
-        client = self.clients[tool.server]
-        outcome = await client.call_tool(
+        outcome = await self.clients[tool.server].call_tool(
             tool.remote_name, arguments, session_id=session.session_id, context=context
         )
-        if client.config.session == "process" and outcome.session_id != session.session_id:
-            shared_sessions.replaced(client.config, session.session_id, outcome.session_id)
         session.session_id = outcome.session_id
         return outcome
 

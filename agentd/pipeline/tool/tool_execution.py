@@ -29,7 +29,6 @@ from agentd.agent import agent_mcp_configs
 from agentd.db.pool import connection, transaction
 from agentd.engine.context import ToolContext
 from agentd.errors import FenceLost, McpError, ToolError
-from agentd.mcp import shared_sessions
 from agentd.mcp.client import TASK_TERMINAL, McpClient, ToolOutcome
 from agentd.mcp.port import CallContext, idempotency_key
 from agentd.pipeline.builder import Handler
@@ -152,9 +151,6 @@ class ToolExecution:
         )
         limit = max(ctx.runtime.settings.default_tool_timeout, config.timeout)
         answer = tc.input_response if tc.input_status == InputStatus.ANSWERED else None
-        session_id = tool.session_id or ""
-        if config.session == "process":  # another loop may have recovered the shared one
-            session_id = shared_sessions.current(config) or session_id
         try:
             async with asyncio.timeout(limit):
                 if tc.task_id is not None:
@@ -162,7 +158,7 @@ class ToolExecution:
                 outcome = await client.call_tool(
                     tool.remote_name,
                     tc.arguments,
-                    session_id=session_id,
+                    session_id=tool.session_id or "",
                     context=context,
                     input_responses=answer.get("inputResponses") if answer else None,
                     request_state=answer.get("requestState") if answer else None,
@@ -185,8 +181,6 @@ class ToolExecution:
             )
             return f"Tool {tc.name} failed: {exc.message}", False, None, None
         ctx.events.extend(mcp_events(outcome.exchanges, loop_id=tc.loop_id, tool_call_id=tc.id))
-        if config.session == "process" and outcome.session_id != session_id:
-            shared_sessions.replaced(config, session_id, outcome.session_id)
         session = outcome.session_id if outcome.session_id != tool.session_id else None
         return outcome.text, not outcome.is_error, outcome.structured, session
 
