@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from agentd.engine.chaining import Chain
     from agentd.engine.runtime import Runtime
     from agentd.store.jobs import TurnPrefetch
+    from agentd.store.mcp import Discovered
     from agentd.store.models import Loop, McpToolRow, NewEvent, ToolCall
     from agentd.store.models import Message as MessageRow
 
@@ -47,6 +48,9 @@ class TurnContext:
     prefetch: TurnPrefetch | None = None
     # The worker's offer of tool slots for the calls this turn's finalize leases to it.
     chain: Chain | None = None
+    # A discovery over shared MCP sessions that the turn's finalize records with the turn
+    # (ToolDiscovery), so it costs no statement of its own; None: nothing left to record.
+    unrecorded: Discovered | None = None
 
     @property
     def loop_view(self) -> LoopView:

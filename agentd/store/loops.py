@@ -18,7 +18,7 @@ from uuid import UUID
 
 from agentd.db.pool import Connection, Record
 from agentd.states import LoopStatus
-from agentd.store import events
+from agentd.store import events, mcp
 from agentd.store.models import Loop, NewEvent, ToolCall
 from agentd.store.queries import sql
 
@@ -126,13 +126,15 @@ async def finalize_turn_all(
     cost: Decimal | None = None,
     tokens_reasoning: int = 0,
     generation_seconds: float | None = None,
+    discovered: mcp.Discovered | None = None,
 ) -> FinalizedTurn | None:
     """The whole LLM-turn finalize in one statement (`loop_finalize_turn_all`): loop,
     assistant message (shell promoted or inserted), tool calls, their jobs, events and the
     observers' notifications. None when the fence is lost: then nothing was written.
     The first len(own_tokens) calls are leased to `worker_id` instead of queued.
     `cost` (None: no price), `tokens_reasoning` and `generation_seconds` (None: not
-    counted in the loop's tps) roll up into the loop's totals."""
+    counted in the loop's tps) roll up into the loop's totals. `discovered`: MCP sessions
+    and tools to record for the loop as `mcp.record_discovery` does."""
     # One named document (its fields are declared in the statement's `f`); json values
     # stay json, a uuid goes as its string, the cost as its exact decimal string.
     finalize = {
@@ -170,6 +172,8 @@ async def finalize_turn_all(
         "own_tokens": own_tokens,
         "worker_id": worker_id,
         "events": events.documents(turn_events, attach),
+        "mcp_sessions": discovered.sessions if discovered is not None else None,
+        "mcp_tools": discovered.tools if discovered is not None else None,
     }
     rec = await conn.fetchrow(sql("loop_finalize_turn_all"), finalize)
     if rec is None:

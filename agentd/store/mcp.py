@@ -7,6 +7,7 @@ janitor, admin.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -15,6 +16,40 @@ from agentd.db.pool import Connection
 from agentd.store import events
 from agentd.store.models import McpToolRow, NewEvent
 from agentd.store.queries import sql
+
+
+@dataclass(frozen=True)
+class Discovered:
+    """What a discovery found, as the statements that record it take it: `sessions`
+    (`mcp_name`, `session_id`, `transport_kind`, `metadata`) and `tools` (`server`: the
+    session's mcp_name; `name`, `remote_name`, `description`, `input_schema`,
+    `requires_approval`)."""
+
+    sessions: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+
+    def rows(self, loop_id: UUID) -> list[McpToolRow]:
+        """The tools as `list_tools` shows them, before they are stored: row ids are 0."""
+        by_name = {s["mcp_name"]: s for s in self.sessions}
+        return [
+            McpToolRow(
+                id=0,
+                mcp_session_id=0,
+                loop_id=loop_id,
+                name=t["name"],
+                remote_name=t["remote_name"],
+                description=t["description"],
+                input_schema=t["input_schema"] or {},
+                requires_approval=bool(t["requires_approval"]),
+                mcp_name=t["server"],
+                session_id=by_name[t["server"]]["session_id"],
+                transport_kind=by_name[t["server"]]["transport_kind"],
+                task_support=(by_name[t["server"]]["metadata"].get("taskTools") or {}).get(
+                    t["remote_name"]
+                ),
+            )
+            for t in self.tools
+        ]
 
 
 async def upsert_session(
@@ -72,12 +107,10 @@ async def record_discovery(
     tools: Sequence[dict[str, Any]],
     wire_events: Sequence[NewEvent],
 ) -> list[McpToolRow] | None:
-    """A discovery's sessions (`mcp_name`, `session_id`, `transport_kind`, `metadata`),
-    tools (`server`: the session's mcp_name; `name`, `remote_name`, `description`,
-    `input_schema`, `requires_approval`) and wire-log events, in one statement fenced by
-    the turn's execution token under the loop's row lock (`mcp_discovery_record`). Returns
-    the loop's tools as `list_tools` does, or None when the fence is lost: then nothing was
-    written."""
+    """A discovery's sessions and tools (as `Discovered` holds them) and wire-log events,
+    in one statement fenced by the turn's execution token under the loop's row lock
+    (`mcp_discovery_record`). Returns the loop's tools as `list_tools` does, or None when
+    the fence is lost: then nothing was written."""
     doc = {
         "loop_id": loop_id,
         "execution_token": execution_token,

@@ -4,8 +4,9 @@ Position: last. Reads: ctx.response. Writes, in ONE statement (one round trip, o
 commit: store/sql/loops.sql `loop_finalize_turn_all`) fenced by the turn's execution token:
 the loop (step, status, tokens: usage, or a flagged chars/4 estimate; cost and speed
 totals, pipeline/llm/costs.py), the assistant message (promoting the streaming shell), its
-tool calls, their jobs (all, or only the first when sequential), the turn's events and, for
-an observed loop, the observers' notifications. Zero rows on the fence: FenceLost, nothing
+tool calls, their jobs (all, or only the first when sequential), the turn's events, the MCP
+sessions and tools its discovery left unrecorded (ctx.unrecorded) and, for an observed
+loop, the observers' notifications. Zero rows on the fence: FenceLost, nothing
 written. Chaining (engine/chaining.py): as many calls as the worker lends tool slots for
 are inserted leased to it, and returned in ctx.chain.leased for the worker to run once the
 stack returns.
@@ -75,6 +76,7 @@ class ResponseParsing:
             raise FenceLost()
         if runtime.renewer is not None:  # committed: the lease ended with it
             runtime.renewer.settle_turn(done.loop.id, ctx.execution_token)
+        ctx.unrecorded = None  # recorded with the turn
         loop = done.loop
         ctx.events_flushed = True
         ctx.finished = True
@@ -143,4 +145,5 @@ class ResponseParsing:
                 cost=spent.cost,
                 tokens_reasoning=spent.tokens_reasoning,
                 generation_seconds=spent.generation_seconds,
+                discovered=ctx.unrecorded,
             )

@@ -2,7 +2,10 @@
 
 Position: before NetworkCalling. Reads: ctx.agent. Writes: mcp_sessions, mcp_tools (fenced
 by the turn's token), ctx.tools, ctx.tool_specs; during an MCP outage, the turn's deferral
-(fenced) and a `turn.deferred` event. Finalizer: no.
+(fenced) and a `turn.deferred` event. Finalizer: no. When every server's session is shared
+by the process (`session = "process"`) and the stack finalizes with ResponseParsing, the
+rows are left in ctx.unrecorded for the finalize to write with the turn (no statement
+here).
 Discovery runs on a loop's first turn (with refresh_mcp_tools) or when the loop has no
 sessions yet; later turns read the stored tools, so a prompt's tool list stays stable.
 The stored sessions and tools come prefetched by the claim (ctx.prefetch) when it has them.
@@ -153,9 +156,24 @@ async def outage_of(ctx: TurnContext) -> Outage:
             after = page[-1].id
 
 
+def _ends_in_response_parsing(app: Any) -> bool:
+    """Whether the stack below finalizes with ResponseParsing (or a subclass), which
+    records a discovery left in ctx.unrecorded with the turn."""
+    from agentd.pipeline.llm.response_parsing import ResponseParsing
+
+    seen: set[int] = set()
+    while app is not None and id(app) not in seen:
+        if isinstance(app, ResponseParsing):
+            return True
+        seen.add(id(app))
+        app = getattr(app, "app", None)
+    return False
+
+
 class ToolDiscovery:
     def __init__(self, app: Handler[TurnContext]) -> None:
         self.app = app
+        self.defers_record = _ends_in_response_parsing(app)
 
     async def __call__(self, ctx: TurnContext) -> None:
         assert ctx.agent is not None
@@ -191,33 +209,47 @@ class ToolDiscovery:
         box = await self._open(ctx, configs)
         if box is None:
             return None
+        found = mcp.Discovered(
+            sessions=[
+                {
+                    "mcp_name": name,
+                    "session_id": s.session_id,
+                    "transport_kind": s.transport_kind,
+                    "metadata": s.metadata,
+                }
+                for name, s in box.sessions.items()
+            ],
+            tools=[
+                {
+                    "server": t.server,
+                    "name": t.name,
+                    "remote_name": t.remote_name,
+                    "description": t.description,
+                    "input_schema": t.input_schema,
+                    "requires_approval": t.requires_approval,
+                }
+                for t in box.tools
+            ],
+        )
+        wire = mcp_events(box.exchanges, loop_id=ctx.loop.id)
+        if self.defers_record and all(c.session == "process" for c in configs):
+            # Sessions the process shares: no server-side session is this loop's own (the
+            # session ender never ends one), so the rows only describe the tools. They go
+            # in with the turn's finalize, in its statement, where the turn's tool calls are
+            # written; a turn that ends otherwise leaves them out and the next discovers
+            # again (from the process's cache, without a request).
+            ctx.unrecorded = found
+            ctx.events.extend(wire)
+            return found.rows(ctx.loop.id)
         # One statement, fenced by the turn's token under the loop's row lock (loop first).
         async with connection(ctx.runtime.pool) as conn:
             rows = await mcp.record_discovery(
                 conn,
                 loop_id=ctx.loop.id,
                 execution_token=ctx.execution_token,
-                sessions=[
-                    {
-                        "mcp_name": name,
-                        "session_id": s.session_id,
-                        "transport_kind": s.transport_kind,
-                        "metadata": s.metadata,
-                    }
-                    for name, s in box.sessions.items()
-                ],
-                tools=[
-                    {
-                        "server": t.server,
-                        "name": t.name,
-                        "remote_name": t.remote_name,
-                        "description": t.description,
-                        "input_schema": t.input_schema,
-                        "requires_approval": t.requires_approval,
-                    }
-                    for t in box.tools
-                ],
-                wire_events=mcp_events(box.exchanges, loop_id=ctx.loop.id),
+                sessions=found.sessions,
+                tools=found.tools,
+                wire_events=wire,
             )
         if rows is None:
             raise FenceLost()

@@ -6,8 +6,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from agentd.db.pool import Pool, connection
 from agentd.engine.mcp_session_ender import McpSessionEnder
+from agentd.pipeline.llm import tool_discovery
+from agentd.pipeline.llm.response_parsing import ResponseParsing
+from agentd.pipeline.stacks import default_llm_builder
 from agentd.registry import AgentRegistry
 from agentd.store import events, loops, mcp, tool_calls
 from agentd.testing import agents
@@ -126,3 +131,92 @@ async def test_a_shared_session_older_than_its_ttl_is_opened_again(
             )
             assert sa != sb
             assert await _results(pool, b) == [(True, "hi")]
+
+
+def _two_calls(fake: FakeLLM) -> None:
+    fake.add(
+        Rule(
+            match=lambda last: last.role == "user",
+            reply=Reply(
+                tool_calls=[
+                    ToolCall("web__echo", {"text": "a"}),
+                    ToolCall("web__echo", {"text": "b"}),
+                ]
+            ),
+        )
+    )
+    fake.add(Rule(match=lambda last: last.role == "tool", reply=Reply(content="done")))
+
+
+async def test_the_turns_finalize_records_a_shared_discovery_no_statement_of_its_own(
+    pool: Pool, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorded: list[Any] = []
+    real = mcp.record_discovery
+
+    async def spying(conn: Any, **kw: Any) -> Any:
+        recorded.append(kw["loop_id"])
+        return await real(conn, **kw)
+
+    monkeypatch.setattr(tool_discovery.mcp, "record_discovery", spying)
+    async with FakeLLM() as fake, FakeMcpServer() as server:
+        _two_calls(fake)
+        registry = _registry(server.url)
+        # One tool slot: the second call goes through the queue to a claim, which must find
+        # its tool among the rows the finalize wrote with the call.
+        settings = fast_settings(tool_concurrency=1)
+        async with running_engine(pool, database_url, registry, settings=settings) as engine:
+            ids = await _run(engine, pool, fake, 2)
+    assert recorded == []
+    for i in ids:
+        assert sorted(await _results(pool, i)) == [(True, "a"), (True, "b")]
+        row = await _session_row(pool, i)
+        assert row["metadata"]["shared"] is True and row["session_id"] in server.sessions
+        async with connection(pool) as conn:
+            tools = await mcp.list_tools(conn, loop_id=i)
+        assert "web__echo" in [t.name for t in tools]
+        assert {(t.mcp_name, t.session_id) for t in tools} == {("web", row["session_id"])}
+    assert len(server.calls("initialize")) == 1 and len(server.calls("tools/list")) == 1
+
+
+async def test_a_turn_deferred_after_a_shared_discovery_leaves_it_to_the_next(
+    pool: Pool, database_url: str
+) -> None:
+    async with FakeLLM() as fake, FakeMcpServer() as server:
+        fake.add(Rule(reply=Reply(status=429, retry_after=0.05), times=1))
+        _script(fake)
+        registry = _registry(server.url)
+        async with running_engine(pool, database_url, registry) as engine:
+            (loop_id,) = await _run(engine, pool, fake, 1)
+        async with connection(pool) as conn:
+            names = [e.name for e in await events.list_(conn, loop_id=loop_id, after_id=0)]
+            tools = await mcp.list_tools(conn, loop_id=loop_id)
+    assert "turn.deferred" in names  # the first attempt ended without its finalize
+    assert names.count("mcp.initialize") == 1  # its handshake was still logged, once
+    assert "web__echo" in [t.name for t in tools]  # recorded by the attempt that finished
+    assert await _results(pool, loop_id) == [(True, "hi")]
+    assert len(server.calls("initialize")) == 1  # the second attempt asked no server
+
+
+def test_only_a_stack_that_finalizes_with_response_parsing_defers_the_record() -> None:
+    stock = default_llm_builder().build()
+    custom = default_llm_builder()
+    custom.replace(ResponseParsing, NotResponseParsing)
+
+    def discovery(app: Any) -> tool_discovery.ToolDiscovery:
+        while not isinstance(app, tool_discovery.ToolDiscovery):
+            app = app.app
+        return app
+
+    assert discovery(stock).defers_record
+    assert not discovery(custom.build()).defers_record
+
+
+class NotResponseParsing:
+    """A finalizer of the host's own: it knows nothing of ctx.unrecorded."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, ctx: Any) -> None:
+        await self.app(ctx)
