@@ -46,6 +46,10 @@ def _no_history() -> int | None:
     return None
 
 
+def _no_tools() -> bool:
+    return False
+
+
 @dataclass
 class Chain:
     """This worker's offer to one job's finalizer (see the module docstring)."""
@@ -55,6 +59,9 @@ class Chain:
     # The last message id of the loop's transcript the worker holds for this job's
     # generation (a chained turn then reads only newer rows), or None.
     history_after: Callable[[], int | None] = _no_history
+    # Whether the worker holds the loop's MCP tools for a chained turn (shared sessions only),
+    # so the chained read can leave them out.
+    tools_held: Callable[[], bool] = _no_tools
     taken: int = 0
     tokens: list[uuid.UUID] = field(default_factory=list)
     leased: LeasedWork | None = None  # None: the write did not return (yet)

@@ -51,6 +51,9 @@ class TurnContext:
     # A discovery over shared MCP sessions that the turn's finalize records with the turn
     # (ToolDiscovery), so it costs no statement of its own; None: nothing left to record.
     unrecorded: Discovered | None = None
+    # The MCP sessions ctx.tools come from, when every server's session is the process's
+    # (ToolDiscovery): the worker may then hold both for the loop's chained next turn.
+    shared_sessions: list[dict[str, Any]] | None = None
 
     @property
     def loop_view(self) -> LoopView:

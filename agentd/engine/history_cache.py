@@ -21,9 +21,10 @@ from __future__ import annotations
 import collections
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from agentd.engine import transcript
-from agentd.store.models import Message, ToolCall
+from agentd.store.models import McpToolRow, Message, ToolCall
 
 MAX_LOOPS = 64  # each holds a transcript: a few chained loops per LLM slot
 
@@ -60,6 +61,11 @@ class HistoryCache:
         self.hits = 0
         self.misses = 0
         self._merged: _Merged | None = None
+        # loop -> (token, MCP tools, MCP sessions) of its last turn here, held only for
+        # servers whose sessions the process shares (nothing in the rows can change under
+        # them); kept and evicted with the loop's entry.
+        self.tools: dict[uuid.UUID, tuple[uuid.UUID, list[McpToolRow], list[dict[str, Any]]]]
+        self.tools = {}
 
     def after(self, loop_id: uuid.UUID, generation: uuid.UUID) -> int | None:
         """The last message id held for the loop if it is valid on `generation`, else None."""
@@ -67,6 +73,30 @@ class HistoryCache:
         if e is None or e.token != generation:
             return None
         return e.last_id
+
+    def hold_tools(
+        self,
+        loop_id: uuid.UUID,
+        token: uuid.UUID,
+        tools: list[McpToolRow],
+        sessions: list[dict[str, Any]],
+    ) -> None:
+        """Hold the MCP tools and sessions a turn of the loop used (on `token`), for its
+        chained next turn; only while the loop's transcript is held."""
+        if loop_id in self.entries:
+            self.tools[loop_id] = (token, tools, sessions)
+
+    def tools_held(self, loop_id: uuid.UUID, generation: uuid.UUID) -> bool:
+        """Whether tools are held for the loop's turn on `generation`."""
+        held = self.tools.get(loop_id)
+        return held is not None and held[0] == generation and loop_id in self.entries
+
+    def held_tools(
+        self, loop_id: uuid.UUID
+    ) -> tuple[list[McpToolRow], list[dict[str, Any]]] | None:
+        """The tools and sessions held for the loop (its last turn's here), or None."""
+        held = self.tools.get(loop_id)
+        return (held[1], held[2]) if held is not None else None
 
     def rendered(self, loop_id: uuid.UUID) -> transcript.Rendered | None:
         """The loop's render memo, for pipeline/llm/prompt.py (None: not held)."""
@@ -106,7 +136,8 @@ class HistoryCache:
         self.entries[loop_id] = e
         self.entries.move_to_end(loop_id)
         while len(self.entries) > self.max_loops:
-            self.entries.popitem(last=False)
+            gone, _ = self.entries.popitem(last=False)
+            self.tools.pop(gone, None)
 
     @staticmethod
     def _extend(m: _Merged, token: uuid.UUID) -> Entry | None:
@@ -159,3 +190,4 @@ class HistoryCache:
 
     def drop(self, loop_id: uuid.UUID) -> None:
         self.entries.pop(loop_id, None)
+        self.tools.pop(loop_id, None)

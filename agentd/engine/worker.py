@@ -34,7 +34,7 @@ from agentd.engine.stacks import StackSource
 from agentd.engine.ticks import Signal
 from agentd.errors import DatabaseError
 from agentd.states import ToolCallOutcome, TurnOutcome
-from agentd.store import jobs, loops, messages, tool_calls
+from agentd.store import jobs, loops, mcp, messages, tool_calls
 from agentd.store.models import Loop, ToolCall
 
 log = logs.get("agentd.worker")
@@ -125,7 +125,10 @@ class Worker:
             self.wakes[queue].set()
 
     def _offer(
-        self, queue: str, history_after: Callable[[], int | None] | None = None
+        self,
+        queue: str,
+        history_after: Callable[[], int | None] | None = None,
+        tools_held: Callable[[], bool] | None = None,
     ) -> Chain | None:
         """The chain a job's finalizer may lease `queue` work to this worker through."""
         if not self.runtime.settings.chaining or queue not in self.queues:
@@ -133,6 +136,8 @@ class Worker:
         chain = Chain(queue=queue, reserve=lambda n: self.reserve(queue, n))
         if history_after is not None:
             chain.history_after = history_after
+        if tools_held is not None:
+            chain.tools_held = tools_held
         return chain
 
     def _settle(self, chain: Chain, loop_id: uuid.UUID, *, cancelled: bool) -> None:
@@ -362,12 +367,27 @@ class Worker:
                 chain=ctx.chain,
                 loop_id=loop.id,
             )
+        if ctx.shared_sessions is not None and ctx.finished:
+            # Before the calls it chained run (they are spawned, not yet started): their
+            # end may then chain the next turn without reading the tools again.
+            self.history.hold_tools(loop.id, token, ctx.tools, ctx.shared_sessions)
 
     async def _whole_history(self, loop: Loop, pre: jobs.TurnPrefetch) -> jobs.TurnPrefetch:
         """A delta prefetch merged with the transcript held (read in full if it is gone);
         what the turn's prompt is built from is then held for the next chained turn."""
         assert loop.execution_token is not None
         rows, calls = pre.messages, pre.tool_calls
+        if pre.tools_omitted:  # the read left them out: this worker said it holds them
+            held = self.history.held_tools(loop.id)
+            if held is None:  # gone since (evicted): read them
+                async with connection(self.runtime.pool) as conn:
+                    sessions = await mcp.list_sessions(conn, loop_id=loop.id)
+                    tools = await mcp.list_tools(conn, loop_id=loop.id)
+            else:
+                tools, sessions = held
+            pre = dataclasses.replace(
+                pre, mcp_tools=tools, mcp_sessions=sessions, tools_omitted=False
+            )
         if pre.after is not None:
             merged = self.history.merge(loop.id, pre.after, rows, calls)
             if merged is None:
@@ -401,7 +421,11 @@ class Worker:
             tool_call=tc,
             lease_token=lease_token,
             generation=generation,
-            chain=self._offer("llm", lambda: self.history.after(tc.loop_id, generation)),
+            chain=self._offer(
+                "llm",
+                lambda: self.history.after(tc.loop_id, generation),
+                lambda: self.history.tools_held(tc.loop_id, generation),
+            ),
         )
         if claim is not None and claim.loop is not None:
             ctx.prefetched = (claim.loop, claim.tool)  # AgentInitialization reads nothing

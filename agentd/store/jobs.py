@@ -39,6 +39,9 @@ class TurnPrefetch:
     after: int | None = None
     # The worker's render memo for the loop (engine/transcript.py `Rendered`), when it holds one.
     rendered: Any = None
+    # A delta read without the MCP tools and sessions (the worker said it holds them): the
+    # two lists are empty until the worker fills them in (engine/worker.py).
+    tools_omitted: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,7 @@ async def claim_llm(
 
 def turn_prefetch(rec: Record) -> TurnPrefetch:
     """A turn's context from the `prefetch_*` columns (agentd_turn_prefetch's)."""
+    after = rec.get("prefetch_after")
     return TurnPrefetch(
         messages=[Message.from_json(m) for m in rec["prefetch_messages"] or []],
         tool_calls=[ToolCall.from_json(t) for t in rec["prefetch_tool_calls"] or []],
@@ -112,7 +116,8 @@ def turn_prefetch(rec: Record) -> TurnPrefetch:
         backoffs={
             k: datetime.fromisoformat(v) for k, v in (rec["prefetch_backoffs"] or {}).items()
         },
-        after=rec.get("prefetch_after"),
+        after=after,
+        tools_omitted=after is not None and rec["prefetch_mcp_tools"] is None,
     )
 
 

@@ -133,11 +133,14 @@ def finish_document(
     attach: list[bool],
     chain_worker: UUID | None = None,
     chain_after: int | None = None,
+    chain_tools: bool = True,
 ) -> dict[str, Any]:
     """The document `tool_call_finish` takes for the end of a tool call: optionally the
-    checkpoint, the tool message, responded, the continuation, events, notifications."""
+    checkpoint, the tool message, responded, the continuation, events, notifications.
+    `chain_tools` False (with `chain_after`): the chained turn's read leaves out the loop's
+    MCP tools and sessions, which the worker holds."""
     cp = checkpoint
-    # One named document (its fields are declared in migrations/0022's function); json
+    # One named document (its fields are declared in migrations/0024's function); json
     # values stay json, a uuid goes as its string (the json codec writes it).
     finish = {
         "id": tool_call_id,
@@ -159,6 +162,7 @@ def finish_document(
         "notify_tool": notify_tool,
         "chain_worker": chain_worker,
         "chain_after": chain_after,
+        "chain_tools": chain_tools,
         "events": events.documents(call_events, attach),
     }
     return finish

@@ -193,8 +193,10 @@ class ToolDiscovery:
                 discovered = await self._discover(ctx, configs)
                 if discovered is None:
                     return  # deferred: the turn is queued again, due after a back-off
-                rows = discovered
+                rows, sessions = discovered
             ctx.tools = rows
+            if all(c.session == "process" for c in configs):
+                ctx.shared_sessions = sessions
             ctx.tool_specs = [
                 ToolSpec(
                     name=t.name,
@@ -205,7 +207,10 @@ class ToolDiscovery:
             ]
         await self.app(ctx)
 
-    async def _discover(self, ctx: TurnContext, configs: list[McpServerConfig]) -> list[Any] | None:
+    async def _discover(
+        self, ctx: TurnContext, configs: list[McpServerConfig]
+    ) -> tuple[list[Any], list[dict[str, Any]]] | None:
+        """The loop's tools and sessions as found; None: the turn was deferred."""
         box = await self._open(ctx, configs)
         if box is None:
             return None
@@ -240,7 +245,7 @@ class ToolDiscovery:
             # again (from the process's cache, without a request).
             ctx.unrecorded = found
             ctx.events.extend(wire)
-            return found.rows(ctx.loop.id)
+            return found.rows(ctx.loop.id), found.sessions
         # One statement, fenced by the turn's token under the loop's row lock (loop first).
         async with connection(ctx.runtime.pool) as conn:
             rows = await mcp.record_discovery(
@@ -253,7 +258,7 @@ class ToolDiscovery:
             )
         if rows is None:
             raise FenceLost()
-        return rows
+        return rows, found.sessions
 
     async def _open(self, ctx: TurnContext, configs: list[McpServerConfig]) -> Toolbox | None:
         """The agent's servers, opened; None: they are down and the turn was deferred."""

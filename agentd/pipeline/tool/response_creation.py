@@ -109,6 +109,7 @@ class ResponseCreation:
             attach=[False] * len(ctx.events) + [True],
             chain_worker=runtime.worker_id if chain is not None else None,
             chain_after=chain.history_after() if chain is not None else None,
+            chain_tools=chain is None or not chain.tools_held(),
         )
         # Group commit (engine/finish_batch.py): alone when nothing else is being written,
         # else with the ends that arrive meanwhile, in one statement and one commit.

@@ -484,3 +484,40 @@ async def test_a_turn_claimed_by_a_cancelled_finish_goes_back_to_the_queue(pool:
         [job] = await jobs.list_for_loop(conn, loop_id=row.id)
     assert stored is not None and stored.status == "queued" and stored.worker_id is None
     assert job["queue"] == "llm" and job["generation"] == stored.execution_token
+
+
+async def test_a_chained_read_leaves_out_the_tools_its_worker_holds(pool: Pool) -> None:
+    async with connection(pool) as conn:
+        row, call = await _one_call(conn)
+        await factories.mcp_tools(conn, row.id, names={"add": False})
+        last = await conn.fetchval("SELECT max(id) FROM messages WHERE loop_id = $1", row.id)
+        args = factories.finish_arguments(
+            row, call, checkpoint=None, llm_lease_seconds=40.0, chain_worker=uuid.uuid4()
+        )
+        done = await tool_calls.finish(conn, **{**args, "chain_after": last, "chain_tools": False})
+        assert done is not None and done.prefetch is not None
+        pre = done.prefetch
+        assert pre.tools_omitted and pre.mcp_tools == [] and pre.mcp_sessions == []
+        assert [m.role for m in pre.messages] == ["tool"]  # the delta itself is unchanged
+
+
+@pytest.mark.parametrize("after", [False, True])
+async def test_a_chained_read_has_the_tools_unless_left_out(pool: Pool, after: bool) -> None:
+    async with connection(pool) as conn:
+        row, call = await _one_call(conn)
+        await factories.mcp_tools(conn, row.id, names={"add": False})
+        last = await conn.fetchval("SELECT max(id) FROM messages WHERE loop_id = $1", row.id)
+        args = factories.finish_arguments(
+            row, call, checkpoint=None, llm_lease_seconds=40.0, chain_worker=uuid.uuid4()
+        )
+        # a delta read that asks for them, or a full read (which has them, whatever it asks)
+        doc = (
+            {**args, "chain_after": last, "chain_tools": True}
+            if after
+            else {**args, "chain_after": None, "chain_tools": False}
+        )
+        done = await tool_calls.finish(conn, **doc)
+    assert done is not None and done.prefetch is not None
+    assert not done.prefetch.tools_omitted
+    assert [t.name for t in done.prefetch.mcp_tools] == ["add"]
+    assert [s["mcp_name"] for s in done.prefetch.mcp_sessions] == ["calc"]

@@ -182,6 +182,25 @@ def test_cache_is_a_hint_keyed_by_generation_and_last_id() -> None:
     assert cache.after(loop, token) is None
 
 
+def test_tools_are_held_with_the_transcript_for_their_generation_only() -> None:
+    cache = HistoryCache(max_loops=2)
+    loop, token = uuid.uuid4(), uuid.uuid4()
+    cache.hold_tools(loop, token, [], [{"mcp_name": "web"}])  # no transcript held: ignored
+    assert not cache.tools_held(loop, token) and cache.held_tools(loop) is None
+    cache.record(loop, token, [], [])
+    cache.hold_tools(loop, token, [], [{"mcp_name": "web"}])
+    assert cache.tools_held(loop, token)
+    assert not cache.tools_held(loop, uuid.uuid4())  # another generation: read them
+    assert cache.held_tools(loop) == ([], [{"mcp_name": "web"}])
+    for _ in range(2):  # evicted past max_loops, tools with the transcript
+        cache.record(uuid.uuid4(), uuid.uuid4(), [], [])
+    assert not cache.tools_held(loop, token) and cache.held_tools(loop) is None
+    cache.record(loop, token, [], [])
+    cache.hold_tools(loop, token, [], [])
+    cache.drop(loop)
+    assert cache.held_tools(loop) is None
+
+
 def test_render_memo_reuses_only_the_same_row_and_call_objects() -> None:
     import dataclasses
     from datetime import UTC, datetime

@@ -13,6 +13,7 @@ from agentd.engine.mcp_session_ender import McpSessionEnder
 from agentd.pipeline.llm import tool_discovery
 from agentd.pipeline.llm.response_parsing import ResponseParsing
 from agentd.pipeline.stacks import default_llm_builder
+from agentd.pipeline.tool import response_creation
 from agentd.registry import AgentRegistry
 from agentd.store import events, loops, mcp, tool_calls
 from agentd.testing import agents
@@ -220,3 +221,26 @@ class NotResponseParsing:
 
     async def __call__(self, ctx: Any) -> None:
         await self.app(ctx)
+
+
+async def test_a_chained_turn_reads_no_tools_it_holds_and_still_offers_them(
+    pool: Pool, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[bool] = []
+    real = response_creation.tool_calls.finish_document
+
+    def spying(**kw: Any) -> Any:
+        if kw.get("chain_after") is not None:
+            asked.append(kw["chain_tools"])
+        return real(**kw)
+
+    monkeypatch.setattr(response_creation.tool_calls, "finish_document", spying)
+    async with FakeLLM() as fake, FakeMcpServer() as server:
+        _script(fake)
+        registry = _registry(server.url)
+        async with running_engine(pool, database_url, registry) as engine:
+            (loop_id,) = await _run(engine, pool, fake, 1)
+    assert asked == [False]  # the one chained turn's read left the tools out
+    second = fake.requests[-1].json
+    assert "web__echo" in [t["function"]["name"] for t in second["tools"]]
+    assert await _results(pool, loop_id) == [(True, "hi")]
