@@ -180,6 +180,9 @@ class ToolDiscovery:
         configs = await agent_mcp_configs(ctx.agent)
         ctx.metadata["mcp_timeouts"] = [c.timeout for c in configs]
         if configs:
+            # Every session the process's: the rows describe the tools, no session of the
+            # loop's own, so they may wait for the finalize and be held for the next turn.
+            shared = all(c.session == "process" for c in configs)
             pre = ctx.prefetch
             if pre is not None:  # the claim read them; a steady-state turn queries nothing
                 sessions, rows = pre.mcp_sessions, pre.mcp_tools
@@ -190,12 +193,12 @@ class ToolDiscovery:
             fresh = ctx.loop.step_count == 0 and ctx.agent.refresh_mcp_tools
             known = {s["mcp_name"] for s in sessions}
             if fresh or known != {c.name for c in configs}:
-                discovered = await self._discover(ctx, configs)
+                discovered = await self._discover(ctx, configs, shared)
                 if discovered is None:
                     return  # deferred: the turn is queued again, due after a back-off
                 rows, sessions = discovered
             ctx.tools = rows
-            if all(c.session == "process" for c in configs):
+            if shared:
                 ctx.shared_sessions = sessions
             ctx.tool_specs = [
                 ToolSpec(
@@ -208,7 +211,7 @@ class ToolDiscovery:
         await self.app(ctx)
 
     async def _discover(
-        self, ctx: TurnContext, configs: list[McpServerConfig]
+        self, ctx: TurnContext, configs: list[McpServerConfig], shared: bool
     ) -> tuple[list[Any], list[dict[str, Any]]] | None:
         """The loop's tools and sessions as found; None: the turn was deferred."""
         box = await self._open(ctx, configs)
@@ -237,12 +240,11 @@ class ToolDiscovery:
             ],
         )
         wire = mcp_events(box.exchanges, loop_id=ctx.loop.id)
-        if self.defers_record and all(c.session == "process" for c in configs):
-            # Sessions the process shares: no server-side session is this loop's own (the
-            # session ender never ends one), so the rows only describe the tools. They go
-            # in with the turn's finalize, in its statement, where the turn's tool calls are
-            # written; a turn that ends otherwise leaves them out and the next discovers
-            # again (from the process's cache, without a request).
+        if self.defers_record and shared:
+            # No server-side session is this loop's own (the session ender never ends
+            # one): the rows go in with the turn's finalize, in its statement, where the
+            # turn's tool calls are written; a turn that ends otherwise leaves them out and
+            # the next discovers again (from the process's cache, without a request).
             ctx.unrecorded = found
             ctx.events.extend(wire)
             return found.rows(ctx.loop.id), found.sessions

@@ -66,8 +66,9 @@ RETURNING *;
 -- Cost and speed (0012): cost (null: no price) is added to the loop's cost, or counted in
 -- cost_unpriced_turns; the message carries its own figures in metadata.usage.
 -- Discovery (mcp_sessions/mcp_tools set: a turn over shared MCP sessions left its
--- discovery to this statement): written as mcp_discovery_record writes them, after the
--- loop's lock, so a tool call of this turn claimed by another worker finds its tool.
+-- discovery to this statement): written by agentd_mcp_discovery_write, as
+-- mcp_discovery_record writes them, after the loop's lock, so a tool call of this turn
+-- claimed by another worker finds its tool.
 -- A key missing from the document reads as null, like a JSON null.
 -- $1 finalize jsonb (built by store/loops.py finalize_turn_all)
 WITH f AS (
@@ -185,35 +186,10 @@ WITH f AS (
                                            message_id bigint, inbound_session_id bigint,
                                            attach bool)
     RETURNING 1
-), ds AS (
-    INSERT INTO mcp_sessions AS ms (loop_id, mcp_name, session_id, transport_kind, metadata)
-    SELECT l.id, x.mcp_name, x.session_id, x.transport_kind, coalesce(x.metadata, '{}')
-    FROM l, f, jsonb_to_recordset(f.mcp_sessions) AS x(mcp_name text, session_id text,
-                                                      transport_kind text, metadata jsonb)
-    ON CONFLICT (loop_id, mcp_name) DO UPDATE
-    SET session_id = EXCLUDED.session_id, transport_kind = EXCLUDED.transport_kind,
-        metadata = EXCLUDED.metadata, updated_at = now()
-    RETURNING ms.id, ms.mcp_name
-), dx AS (
-    SELECT x.* FROM f, jsonb_to_recordset(f.mcp_tools) AS x(server text, name text,
-                                                            remote_name text,
-                                                            description text,
-                                                            input_schema jsonb,
-                                                            requires_approval bool)
-), dd AS (
-    DELETE FROM mcp_tools
-    WHERE (SELECT f.mcp_tools FROM f) IS NOT NULL AND loop_id = (SELECT l.id FROM l)
-      AND name <> ALL(ARRAY(SELECT dx.name FROM dx))
-), dt AS (
-    INSERT INTO mcp_tools AS mt (loop_id, mcp_session_id, name, remote_name, description,
-                                 input_schema, requires_approval)
-    SELECT l.id, ds.id, dx.name, dx.remote_name, dx.description,
-           coalesce(dx.input_schema, '{}'), coalesce(dx.requires_approval, false)
-    FROM l, dx JOIN ds ON ds.mcp_name = dx.server
-    ON CONFLICT (loop_id, name) DO UPDATE
-    SET mcp_session_id = EXCLUDED.mcp_session_id, remote_name = EXCLUDED.remote_name,
-        description = EXCLUDED.description, input_schema = EXCLUDED.input_schema,
-        requires_approval = EXCLUDED.requires_approval
+), dw AS (
+    -- not a data-modifying CTE, so the final SELECT reads it (else it would not run)
+    SELECT 1 FROM l, f, agentd_mcp_discovery_write(l.id, f.mcp_sessions, f.mcp_tools)
+    WHERE f.mcp_tools IS NOT NULL
 ), n AS (
     SELECT pg_notify(v.chan, v.payload)
     FROM l, m, f, LATERAL (VALUES
@@ -230,7 +206,8 @@ WITH f AS (
 SELECT l.*, m.id AS message_id, (SELECT count(*) FROM jb) AS jobs_enqueued,
        (SELECT count(*) FROM ev) AS events_inserted, (SELECT count(*) FROM n) AS notified,
        (SELECT coalesce(json_agg(t ORDER BY t.position), '[]'::json)
-        FROM tc t WHERE t.lease_token IS NOT NULL) AS leased_calls
+        FROM tc t WHERE t.lease_token IS NOT NULL) AS leased_calls,
+       (SELECT count(*) FROM dw) AS mcp_tools_written
 FROM l, m;
 
 -- name: loop_fenced_transition :one

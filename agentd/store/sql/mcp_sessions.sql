@@ -136,11 +136,11 @@ SELECT * FROM mcp_inbound_sessions WHERE id = $1;
 -- Fence: the loop row, locked FOR NO KEY UPDATE first (the engine's lock order: the loop,
 -- then its rows), still on the turn's execution token; every write below reads from that
 -- lock, so a lost fence writes nothing and returns fenced = false. Then, as the
--- mcp_session_upsert / mcp_tool_replace / event_insert_many sequence does: upserts one
--- session per server, replaces the loop's tools (a tool already present by name is
--- updated in place, one no longer advertised is deleted), inserts the wire-log events, and
--- returns the loop's tools as mcp_tool_list shows them (a CTE's writes are invisible to
--- the statement's own snapshot, so they are built from the RETURNING rows).
+-- mcp_session_upsert / mcp_tool_replace / event_insert_many sequence does: the sessions
+-- and tools through agentd_mcp_discovery_write (one session per server upserted, the
+-- loop's tools replaced: one already present by name is updated in place, one no longer
+-- advertised is deleted; it returns them as mcp_tool_list shows them), and the wire-log
+-- events.
 -- A key missing from the document reads as null, like a JSON null.
 -- $1 discovery jsonb (built by store/mcp.py record_discovery)
 WITH f AS (
@@ -156,35 +156,10 @@ WITH f AS (
     -- the id as a scalar subquery: a primary-key lookup, whatever the planner guesses of f
     WHERE l.id = (SELECT f.loop_id FROM f) AND l.execution_token = f.execution_token
     FOR NO KEY UPDATE OF l
-), s AS (
-    INSERT INTO mcp_sessions AS ms (loop_id, mcp_name, session_id, transport_kind, metadata)
-    SELECT lk.id, x.mcp_name, x.session_id, x.transport_kind, coalesce(x.metadata, '{}')
-    FROM lk, f, jsonb_to_recordset(f.sessions) AS x(mcp_name text, session_id text,
-                                                    transport_kind text, metadata jsonb)
-    ON CONFLICT (loop_id, mcp_name) DO UPDATE
-    SET session_id = EXCLUDED.session_id, transport_kind = EXCLUDED.transport_kind,
-        metadata = EXCLUDED.metadata, updated_at = now()
-    RETURNING ms.id, ms.mcp_name, ms.session_id, ms.transport_kind, ms.metadata
-), x AS (
-    SELECT * FROM f, jsonb_to_recordset(f.tools) AS x(server text, name text,
-                                                      remote_name text, description text,
-                                                      input_schema jsonb,
-                                                      requires_approval bool)
-), d AS (
-    DELETE FROM mcp_tools
-    WHERE loop_id = (SELECT id FROM lk)
-      AND name <> ALL(ARRAY(SELECT x.name FROM x))
-), t AS (
-    INSERT INTO mcp_tools AS mt (loop_id, mcp_session_id, name, remote_name, description,
-                                 input_schema, requires_approval)
-    SELECT lk.id, s.id, x.name, x.remote_name, x.description,
-           coalesce(x.input_schema, '{}'), coalesce(x.requires_approval, false)
-    FROM lk, x JOIN s ON s.mcp_name = x.server
-    ON CONFLICT (loop_id, name) DO UPDATE
-    SET mcp_session_id = EXCLUDED.mcp_session_id, remote_name = EXCLUDED.remote_name,
-        description = EXCLUDED.description, input_schema = EXCLUDED.input_schema,
-        requires_approval = EXCLUDED.requires_approval
-    RETURNING mt.*
+), w AS (
+    -- agentd_mcp_discovery_write (migrations/0024): the rows, as the finalize of a turn
+    -- over shared sessions writes them too
+    SELECT w.tool FROM lk, f, agentd_mcp_discovery_write(lk.id, f.sessions, f.tools) AS w(tool)
 ), ev AS (
     INSERT INTO events (loop_id, name, reason, http_method, url, status, request_data,
                         response_data, duration, log, tool_call_id, message_id,
@@ -201,9 +176,5 @@ WITH f AS (
 )
 SELECT EXISTS (SELECT 1 FROM lk) AS fenced,
        (SELECT count(*) FROM ev) AS events_inserted,
-       (SELECT coalesce(json_agg(to_jsonb(t) || jsonb_build_object(
-                   'mcp_name', s.mcp_name, 'session_id', s.session_id,
-                   'transport_kind', s.transport_kind,
-                   'task_support', s.metadata -> 'taskTools' ->> t.remote_name)
-               ORDER BY t.id), '[]'::json)
-        FROM t JOIN s ON s.id = t.mcp_session_id) AS tools;
+       (SELECT coalesce(json_agg(w.tool ORDER BY (w.tool ->> 'id')::bigint), '[]'::json)
+        FROM w) AS tools;

@@ -22,13 +22,10 @@ from agentd.testing.fake_llm import FakeLLM, Reply, Rule, ToolCall
 from agentd.testing.fake_mcp import FakeMcpServer
 
 
-def _script(fake: FakeLLM) -> None:
-    fake.add(
-        Rule(
-            match=lambda last: last.role == "user",
-            reply=Reply(tool_calls=[ToolCall("web__echo", {"text": "hi"})]),
-        )
-    )
+def _script(fake: FakeLLM, *texts: str) -> None:
+    """The first answer calls `web__echo` once per text (default: "hi"), then "done"."""
+    calls = [ToolCall("web__echo", {"text": t}) for t in texts or ("hi",)]
+    fake.add(Rule(match=lambda last: last.role == "user", reply=Reply(tool_calls=calls)))
     fake.add(Rule(match=lambda last: last.role == "tool", reply=Reply(content="done")))
 
 
@@ -134,21 +131,6 @@ async def test_a_shared_session_older_than_its_ttl_is_opened_again(
             assert await _results(pool, b) == [(True, "hi")]
 
 
-def _two_calls(fake: FakeLLM) -> None:
-    fake.add(
-        Rule(
-            match=lambda last: last.role == "user",
-            reply=Reply(
-                tool_calls=[
-                    ToolCall("web__echo", {"text": "a"}),
-                    ToolCall("web__echo", {"text": "b"}),
-                ]
-            ),
-        )
-    )
-    fake.add(Rule(match=lambda last: last.role == "tool", reply=Reply(content="done")))
-
-
 async def test_the_turns_finalize_records_a_shared_discovery_no_statement_of_its_own(
     pool: Pool, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -161,7 +143,7 @@ async def test_the_turns_finalize_records_a_shared_discovery_no_statement_of_its
 
     monkeypatch.setattr(tool_discovery.mcp, "record_discovery", spying)
     async with FakeLLM() as fake, FakeMcpServer() as server:
-        _two_calls(fake)
+        _script(fake, "a", "b")
         registry = _registry(server.url)
         # One tool slot: the second call goes through the queue to a claim, which must find
         # its tool among the rows the finalize wrote with the call.
