@@ -188,8 +188,8 @@ WITH f AS (
     RETURNING 1
 ), dw AS (
     -- not a data-modifying CTE, so the final SELECT reads it (else it would not run)
-    SELECT 1 FROM l, f, agentd_mcp_discovery_write(l.id, f.mcp_sessions, f.mcp_tools)
-    WHERE f.mcp_tools IS NOT NULL
+    SELECT agentd_mcp_discovery_write(l.id, f.mcp_sessions, f.mcp_tools)
+    FROM l, f WHERE f.mcp_tools IS NOT NULL
 ), n AS (
     SELECT pg_notify(v.chan, v.payload)
     FROM l, m, f, LATERAL (VALUES
@@ -207,7 +207,7 @@ SELECT l.*, m.id AS message_id, (SELECT count(*) FROM jb) AS jobs_enqueued,
        (SELECT count(*) FROM ev) AS events_inserted, (SELECT count(*) FROM n) AS notified,
        (SELECT coalesce(json_agg(t ORDER BY t.position), '[]'::json)
         FROM tc t WHERE t.lease_token IS NOT NULL) AS leased_calls,
-       (SELECT count(*) FROM dw) AS mcp_tools_written
+       (SELECT count(*) FROM dw) AS discoveries_written
 FROM l, m;
 
 -- name: loop_fenced_transition :one

@@ -137,7 +137,7 @@ SELECT * FROM mcp_inbound_sessions WHERE id = $1;
 -- then its rows), still on the turn's execution token; every write below reads from that
 -- lock, so a lost fence writes nothing and returns fenced = false. Then, as the
 -- mcp_session_upsert / mcp_tool_replace / event_insert_many sequence does: the sessions
--- and tools through agentd_mcp_discovery_write (one session per server upserted, the
+-- and tools through agentd_mcp_discovery_record (one session per server upserted, the
 -- loop's tools replaced: one already present by name is updated in place, one no longer
 -- advertised is deleted; it returns them as mcp_tool_list shows them), and the wire-log
 -- events.
@@ -157,9 +157,8 @@ WITH f AS (
     WHERE l.id = (SELECT f.loop_id FROM f) AND l.execution_token = f.execution_token
     FOR NO KEY UPDATE OF l
 ), w AS (
-    -- agentd_mcp_discovery_write (migrations/0024): the rows, as the finalize of a turn
-    -- over shared sessions writes them too
-    SELECT w.tool FROM lk, f, agentd_mcp_discovery_write(lk.id, f.sessions, f.tools) AS w(tool)
+    -- migrations/0024: written as the finalize of a turn over shared sessions writes them
+    SELECT w.tool FROM lk, f, agentd_mcp_discovery_record(lk.id, f.sessions, f.tools) AS w(tool)
 ), ev AS (
     INSERT INTO events (loop_id, name, reason, http_method, url, status, request_data,
                         response_data, duration, log, tool_call_id, message_id,
