@@ -168,6 +168,16 @@ class Settings(BaseSettings):
         "(on `host`). 0: off.",
     )
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body.")
+    max_header_bytes: int = Field(
+        32_768,
+        ge=1024,
+        description="Largest request head (request line and headers, in bytes); a longer "
+        "one is answered 431 and its connection closed, unread.",
+    )
+    max_headers: int = Field(100, ge=8, description="Most header fields in a request; more: 431.")
+    max_url_bytes: int = Field(
+        8192, ge=256, description="Longest request URL (path and query, in bytes); longer: 414."
+    )
     max_tool_result_bytes: int = Field(
         262_144,
         ge=1024,
