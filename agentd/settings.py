@@ -178,6 +178,12 @@ class Settings(BaseSettings):
     max_url_bytes: int = Field(
         8192, ge=256, description="Longest request URL (path and query, in bytes); longer: 414."
     )
+    max_streams_per_token: int = Field(
+        100,
+        ge=1,
+        description="Streams (GET /v1/loops/{id}/stream, GET /v1/events as SSE) one token "
+        "may hold open in one API process; one more is answered 429 with Retry-After.",
+    )
     max_tool_result_bytes: int = Field(
         262_144,
         ge=1024,

@@ -21,6 +21,7 @@ from agentd import __about__, redact
 from agentd.api import (
     auth,
     body_limit,
+    events_tail,
     headers,
     health,
     json_body,
@@ -80,7 +81,13 @@ def create_api(state: AppState) -> FastAPI:
     redact.remember(
         state.api_token, *(t.get_secret_value() for t in state.settings.read_tokens), pin=True
     )  # an echoed token is masked in events and logs, in any encoding
-    app.state.stream_hub = stream_hub.StreamHub(state.database_url)
+    app.state.stream_hub = stream_hub.StreamHub(
+        state.database_url, read_slots=max(1, state.settings.db_pool_max // 2)
+    )
+    app.state.stream_slots = stream_hub.StreamSlots(state.settings.max_streams_per_token)
+    app.state.events_tail = events_tail.FeedTail(
+        state.pool, interval=routes_events.POLL_SECONDS, settle=routes_events.SETTLE_SECONDS
+    )
     app.state.metrics = metrics.Metrics(state)
     outages = problems.install(app)
 

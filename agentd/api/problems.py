@@ -40,6 +40,7 @@ _HTTP_TITLES = {
     415: ("unsupported-media-type", "Unsupported media type."),
     422: ("validation-error", "The request is invalid."),
     428: ("precondition-required", "This change needs an If-Match header."),
+    429: ("too-many-requests", "Too many requests; retry after Retry-After seconds."),
     500: ("internal", "agentd failed."),
     503: ("database-unavailable", "The database cannot be reached."),
 }

@@ -255,6 +255,11 @@ async def _rebuilt_all(conn: Connection, rows: list[Event]) -> list[Event]:
     return out
 
 
+async def feed_horizon(conn: Connection, *, settle: float = 1.0) -> int:
+    """The highest id the fleet feed may serve now (see `event_feed_horizon`)."""
+    return int(await conn.fetchval(sql("event_feed_horizon"), settle))
+
+
 async def max_id(conn: Connection) -> int:
     return int(await conn.fetchval(sql("event_max_id")))
 
