@@ -82,6 +82,7 @@ class AgentConfig(BaseModel):
     streaming: bool = False
     read_timeout: float | None = Field(None, gt=0)
     sequential_tool_calls: bool = False
+    max_tool_calls_per_turn: int | None = Field(None, ge=1)
     max_steps: int | None = Field(50, ge=1)
     max_duration: float | None = Field(None, gt=0)
     llm_params: dict[str, Any] = Field(default_factory=dict)
@@ -153,6 +154,7 @@ def agent_from_config(name: str, raw: dict[str, Any]) -> type[Agent]:
         streaming = cfg.streaming
         read_timeout = cfg.read_timeout
         sequential_tool_calls = cfg.sequential_tool_calls
+        max_tool_calls_per_turn = cfg.max_tool_calls_per_turn
         max_steps = cfg.max_steps
         max_duration = cfg.max_duration
         llm_params = cfg.llm_params

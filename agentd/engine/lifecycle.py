@@ -20,7 +20,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from agentd.db.pool import Connection, Pool, transaction
-from agentd.engine import approval_edits, dispatch, forks, inputs, loop_limits
+from agentd.engine import approval_edits, dispatch, forks, inputs, loop_limits, loop_state
 from agentd.errors import (
     AlreadyDecided,
     BadRequest,
@@ -206,6 +206,7 @@ class Lifecycle:
         if not isinstance(message, str) or not message.strip():
             raise BadRequest("message must be a non-empty string")
         key, limit = _concurrency(cls, concurrency_key, concurrency_limit)
+        loop_state.check_size(state or {}, self.settings.max_state_bytes)
         token = uuid.uuid4()
         loop = await loops.insert(
             conn,
