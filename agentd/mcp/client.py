@@ -13,7 +13,7 @@ from mcp.shared import inbound
 
 from agentd import logs
 from agentd.errors import McpError, McpSessionInvalid
-from agentd.mcp import eras, jsonrpc, shared_sessions
+from agentd.mcp import eras, jsonrpc, schemas, shared_sessions
 from agentd.mcp.config import McpServerConfig
 from agentd.mcp.port import (
     IDEMPOTENCY_META_KEY,
@@ -192,25 +192,32 @@ class McpClient:
             cursor = result.get("nextCursor")
             if not cursor:
                 break
-        remote = [t for t in remote if self._valid_headers(t)]
+        dropped: dict[str, str] = {}
+        remote = [t for t in remote if self._usable(t, dropped)]
         names = {t["name"] for t in remote}
         missing = [n for n in self.config.required_tools if n not in names]
         if missing:
+            why = "".join(f"; {n!r} was refused: {dropped[n]}" for n in missing if n in dropped)
             raise McpError(
                 f"MCP server {self.config.name!r} does not offer required tool(s): "
-                f"{', '.join(missing)}",
+                f"{', '.join(missing)}{why}",
                 retryable=False,  # it answered; waiting will not add the tools
             )
         allowed = set(self.config.tools) if self.config.tools is not None else None
         tools = [self._tool(t) for t in remote if allowed is None or t["name"] in allowed]
         return tools, exchanges
 
-    def _valid_headers(self, spec: dict[str, Any]) -> bool:
-        """2026-07-28: a tool whose `x-mcp-header` annotations are invalid MUST be dropped."""
-        reason = inbound.find_invalid_x_mcp_header(spec.get("inputSchema"))
+    def _usable(self, spec: dict[str, Any], dropped: dict[str, str]) -> bool:
+        """A tool whose input schema cannot be used (mcp/schemas.py: not an object schema,
+        too deep, too large, invalid) is dropped, and so (2026-07-28) is one whose
+        `x-mcp-header` annotations are invalid: a warning names it and says why."""
+        schema = spec.get("inputSchema")
+        reason = schemas.unusable(schema) or inbound.find_invalid_x_mcp_header(schema)
         if reason is not None:
+            name = str(spec["name"])
+            dropped[name] = reason
             log.warning(
-                "mcp_client.tool_dropped", server=self.config.name, tool=spec["name"], reason=reason
+                "mcp_client.tool_dropped", server=self.config.name, tool=name, reason=reason
             )
         return reason is None
 
