@@ -1,12 +1,14 @@
 """Forward-only migrations from `migrations/NNNN_name.sql`, applied under an advisory lock.
 
 Several daemons starting at once serialize on the lock; each migration is applied once
-and recorded in `schema_migrations`.
+and recorded in `schema_migrations` with the SHA-256 of its file, so a migration file that
+changed after a database applied it is refused instead of silently diverging.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -28,6 +30,10 @@ class Migration:
     version: int
     name: str
     sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
 
 
 def migrations_dir() -> Path:
@@ -56,7 +62,45 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
     version    integer PRIMARY KEY,
     name       text NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
-)"""
+);
+-- Databases migrated before checksums were recorded get the column; their rows are
+-- filled with the file's checksum the next time `apply` runs (see _verify).
+ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS checksum text"""
+
+
+class MigrationChanged(ConfigError):
+    """A migration file differs from the one the database applied."""
+
+
+async def _recorded(conn: asyncpg.Connection) -> dict[int, str | None]:
+    exists = await conn.fetchval(
+        "SELECT count(*) = 1 FROM information_schema.columns "
+        "WHERE table_name = 'schema_migrations' AND column_name = 'checksum' "
+        "AND table_schema = current_schema()"
+    )
+    if not exists:
+        return {}
+    rows = await conn.fetch("SELECT version, checksum FROM schema_migrations")
+    return {r["version"]: r["checksum"] for r in rows}
+
+
+async def verify(conn: asyncpg.Connection, migrations: list[Migration] | None = None) -> None:
+    """Raise MigrationChanged when an applied migration's file no longer matches.
+
+    Rows recorded before checksums existed (NULL) are not judged; `apply` fills them in.
+    """
+    recorded = await _recorded(conn)
+    changed = [
+        m for m in (migrations if migrations is not None else load())
+        if recorded.get(m.version) not in (None, m.checksum)
+    ]
+    if changed:
+        names = ", ".join(f"{m.version:04d}_{m.name}" for m in changed)
+        raise MigrationChanged(
+            f"migration file(s) changed after this database applied them: {names}. "
+            "Migrations are forward-only: restore the applied file and put the change in a "
+            "new migration (or recreate a development database)"
+        )
 
 
 async def applied_versions(conn: asyncpg.Connection) -> set[int]:
@@ -67,8 +111,11 @@ async def applied_versions(conn: asyncpg.Connection) -> set[int]:
 
 
 async def pending(conn: asyncpg.Connection, directory: Path | None = None) -> list[Migration]:
+    """The migrations not applied yet; raises MigrationChanged if an applied one changed."""
+    migrations = load(directory)
+    await verify(conn, migrations)
     done = await applied_versions(conn)
-    return [m for m in load(directory) if m.version not in done]
+    return [m for m in migrations if m.version not in done]
 
 
 #: Per migration transaction: how long a DDL statement may queue for its lock. While an
@@ -99,8 +146,11 @@ async def apply(
     await conn.execute("SELECT pg_advisory_lock($1)", LOCK_KEY)
     try:
         await conn.execute(_BOOKKEEPING)
+        migrations = load(directory)
+        await verify(conn, migrations)
+        await _fill_checksums(conn, migrations)
         done = await applied_versions(conn)
-        for mig in load(directory):
+        for mig in migrations:
             if mig.version in done:
                 continue
             await _apply_one(conn, mig, lock_timeout_ms=lock_timeout_ms, retries=retries)
@@ -109,6 +159,16 @@ async def apply(
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", LOCK_KEY)
     return applied
+
+
+async def _fill_checksums(conn: asyncpg.Connection, migrations: list[Migration]) -> None:
+    await conn.execute(
+        "UPDATE schema_migrations s SET checksum = m.checksum "
+        "FROM unnest($1::int[], $2::text[]) AS m(version, checksum) "
+        "WHERE s.version = m.version AND s.checksum IS NULL",
+        [m.version for m in migrations],
+        [m.checksum for m in migrations],
+    )
 
 
 async def _apply_one(
@@ -121,9 +181,10 @@ async def _apply_one(
                 await conn.execute(f"SET LOCAL lock_timeout = {int(lock_timeout_ms)}")
                 await conn.execute(mig.sql)
                 await conn.execute(
-                    "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+                    "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
                     mig.version,
                     mig.name,
+                    mig.checksum,
                 )
             return
         except _RETRYABLE as exc:
