@@ -360,8 +360,12 @@ async def _require_current(pool: Pool) -> None:
 
     async with connection(pool) as conn:
         pending = await migrate.pending(conn)
-    if pending:
-        names = ", ".join(f"{m.version:04d}_{m.name}" for m in pending)
+        functions = await migrate.pending_functions(conn)
+    if pending or functions:
+        names = ", ".join(
+            [f"{m.version:04d}_{m.name}" for m in pending]
+            + [f"functions/{f.name}" for f in functions]
+        )
         raise ConfigError(f"database has pending migrations ({names}); run `agentd migrate`")
 
 

@@ -1,7 +1,7 @@
 """ResponseCreation: the tool message, and the turn's continuation.
 
 Position: last. In ONE round trip and one commit (store/sql/tool_calls.sql
-`tool_call_finish`, the function of migrations/0022; shared with the ends of other tool
+`tool_call_finish`, the function of store/sql/functions/tool_call_finish.sql; shared with the ends of other tool
 calls that arrive while one is being written, engine/finish_batch.py), under the loop's
 row lock and fenced by the generation and the call's lease token: records the result
 ToolExecution handed over (ctx.metadata["checkpoint"], when it folded its checkpoint into
