@@ -149,21 +149,28 @@ async def verify(conn: asyncpg.Connection, migrations: list[Migration] | None = 
         return
     newest = max(m.version for m in migrations)
     known = {m.version for m in migrations}
+    renamed = [
+        f"{m.version:04d}_{r.name} where this release has {m.version:04d}_{m.name}"
+        for m in migrations
+        if (r := recorded.get(m.version)) is not None and r.name != m.name
+    ]
+    unknown = [
+        f"{v:04d}_{r.name} is not one of this release's migrations"
+        for v, r in sorted(recorded.items())
+        if v < newest and v not in known
+    ]
+    if renamed or unknown:
+        raise MigrationChanged(
+            f"this database was migrated by another build of agentd ({(renamed + unknown)[0]}); "
+            "a database made before 0.1.0, whose migrations were squashed into "
+            "0001_baseline, cannot be upgraded: create a new database (for the embedded "
+            "default, an empty AGENTD_DATA_DIR)"
+        )
     changed = [
         f"{m.version:04d}_{m.name}"
         for m in migrations
-        if (r := recorded.get(m.version)) is not None
-        and (r.name != m.name or r.checksum not in (None, m.checksum))
+        if (r := recorded.get(m.version)) is not None and r.checksum not in (None, m.checksum)
     ]
-    unknown = [
-        f"{v:04d}_{r.name}" for v, r in sorted(recorded.items()) if v < newest and v not in known
-    ]
-    if unknown:
-        raise MigrationChanged(
-            f"this database was migrated by a pre-0.1.0 build of agentd ({unknown[0]} is not "
-            "one of this release's migrations, which start from 0001_baseline): create a new "
-            "database (for the embedded default, an empty AGENTD_DATA_DIR)"
-        )
     if changed:
         raise MigrationChanged(
             f"migration file(s) changed after this database applied them: {', '.join(changed)}. "

@@ -238,7 +238,7 @@ async def test_a_database_of_a_pre_release_build_is_refused_with_a_clear_reason(
             "INSERT INTO schema_migrations (version, name) "
             "SELECT v, 'pre_release_' || v FROM generate_series(1, 24) v"
         )
-        with pytest.raises(migrate.MigrationChanged, match=r"pre-0\.1\.0|changed after"):
+        with pytest.raises(migrate.MigrationChanged, match=r"another build.*before 0\.1\.0"):
             await migrate.apply(conn)
         with pytest.raises(migrate.MigrationChanged):
             await migrate.pending(conn)
