@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
+import re
 import socket
 import subprocess
 import sys
@@ -10,6 +12,7 @@ import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from agentd.mcp.client import McpClient
@@ -133,3 +136,103 @@ async def test_mcp_server_example_over_stdio() -> None:
     info = await asyncio.wait_for(client.initialize(), 60)
     tools, _ = await client.list_tools(info.session_id)
     assert {t.remote_name for t in tools} == {"stock", "reserve"}
+
+
+# --- `agentd fake-llm --rules`: the example rules file, as docs/testing.md documents it ----
+
+RULES = EXAMPLES / "stdio-agent" / "rules.json"
+AGENTD = Path(sys.executable).parent / "agentd"
+
+
+def test_the_documented_rules_file_is_the_example() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "testing.md").read_text()
+    blocks = re.findall(r"```json\n(.*?)```", doc, re.S)
+    assert [json.loads(b) for b in blocks] == [json.loads(RULES.read_text())]
+    assert f"--rules {RULES.relative_to(EXAMPLES.parent)}" in doc
+
+
+@pytest.fixture
+def rules_fake_llm(tmp_path: Path) -> Iterator[str]:
+    """`agentd fake-llm --port 0 --rules examples/stdio-agent/rules.json`, as a process."""
+    err = (tmp_path / "stderr").open("w")
+    proc = subprocess.Popen(
+        [str(AGENTD), "fake-llm", "--port", "0", "--rules", str(RULES)],
+        stdout=subprocess.PIPE,
+        stderr=err,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # printed once it accepts connections
+        assert line.startswith("LISTENING "), (line, (tmp_path / "stderr").read_text())
+        yield f"http://127.0.0.1:{line.split()[1]}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        assert proc.stdout is not None
+        proc.stdout.close()
+        err.close()
+
+
+def test_the_example_rules_answer_as_documented(rules_fake_llm: str) -> None:
+    with httpx.Client(base_url=rules_fake_llm, timeout=10) as http:
+
+        def ask(*messages: dict[str, object]) -> httpx.Response:
+            body = {"model": "fake-model", "messages": list(messages)}
+            return http.post("/v1/chat/completions", json=body)
+
+        asked = ask({"role": "user", "content": "Hi! what time is it in Lisbon?"}).json()
+        message = asked["choices"][0]["message"]
+        assert message["content"] == "Let me look that up."
+        (call,) = message["tool_calls"]
+        assert call["function"]["name"] == "get_current_time"
+        assert json.loads(call["function"]["arguments"]) == {"timezone": "Europe/Lisbon"}
+
+        result = ask(
+            {"role": "user", "content": "what time is it?"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": "12:00"},
+        ).json()
+        assert result["choices"][0]["message"]["content"] == "Done: the time server has answered."
+
+        busy = ask({"role": "user", "content": "are you busy?"})  # `times: 1`: once
+        assert busy.status_code == 429 and busy.headers["retry-after"] == "1"
+        assert busy.json() == {"error": {"message": "slow down"}}
+        again = ask({"role": "user", "content": "are you busy?"}).json()
+        assert again["choices"][0]["message"]["content"] == "Ask me what time it is."
+        assert again["usage"]["prompt_tokens"] == 12
+        assert again["usage"]["completion_tokens"] == 6
+
+        # the same rules in another dialect: anthropic's tool_use block
+        anthropic = http.post(
+            "/v1/messages",
+            json={
+                "model": "fake-model",
+                "max_tokens": 100,
+                "messages": [{"role": "user", "content": "what time is it?"}],
+            },
+        ).json()
+        (tool_use,) = [b for b in anthropic["content"] if b["type"] == "tool_use"]
+        assert tool_use["name"] == "get_current_time"
+        assert tool_use["input"] == {"timezone": "Europe/Lisbon"}
+
+
+@pytest.mark.parametrize(
+    ("rules", "names"),
+    [
+        ('[{"reply": {"contents": "typo"}}]', "contents"),
+        ('[{"match": {"regex": "x"}}]', "regex"),
+        ("not json", "rules"),
+    ],
+)
+def test_a_bad_rules_file_exits_2_naming_it(tmp_path: Path, rules: str, names: str) -> None:
+    path = tmp_path / "rules.json"
+    path.write_text(rules)
+    proc = subprocess.run(
+        [str(AGENTD), "fake-llm", "--port", "0", "--rules", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2, proc
+    assert str(path) in proc.stderr and names in proc.stderr, proc.stderr
