@@ -20,6 +20,7 @@ from agentd.mcp.config import McpServerConfig
 from agentd.mcp.mounts import McpMount
 from agentd.mcp.port import CallContext
 from agentd.registry import agent_from_config
+from agentd.settings import load_settings
 from agentd.testing.up import free_port
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -29,6 +30,7 @@ EXAMPLES = Path(__file__).parents[2] / "examples"
 def test_toml_examples_define_valid_agents(name: str) -> None:
     data = tomllib.loads((EXAMPLES / name / "agentd.toml").read_text())
     assert data["agents"]
+    load_settings(config=EXAMPLES / name / "agentd.toml")  # the whole file, as `agentd up` does
     for agent, raw in data["agents"].items():
         agent_from_config(agent, raw)
 
