@@ -41,8 +41,15 @@ def freeze(requirements: list[str], what: str, exclude: list[str]) -> str:
             check=True,
         )
         out = subprocess.run(
-            [py, "-m", "pip", "freeze", "--disable-pip-version-check", "--exclude-editable",
-             *[a for name in exclude for a in ("--exclude", name)]],
+            [
+                py,
+                "-m",
+                "pip",
+                "freeze",
+                "--disable-pip-version-check",
+                "--exclude-editable",
+                *[a for name in exclude for a in ("--exclude", name)],
+            ],
             check=True,
             capture_output=True,
             text=True,
@@ -62,8 +69,10 @@ def freeze(requirements: list[str], what: str, exclude: list[str]) -> str:
 
 def main() -> None:
     if sys.version_info[:2] != (3, 11):
-        print("warning: the image runs Python 3.11; pins resolved on another version may "
-              "differ", file=sys.stderr)
+        print(
+            "warning: the image runs Python 3.11; pins resolved on another version may differ",
+            file=sys.stderr,
+        )
     build_requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"][
         "requires"
     ]
