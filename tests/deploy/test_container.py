@@ -340,6 +340,7 @@ def test_the_compose_quickstart_completes_a_loop(images: None) -> None:
         assert out.returncode == 0, f"{args}: {out.stdout}\n{out.stderr}"
         return out
 
+    clients: list[httpx.Client] = []
     try:
         run("up", "--build", "-d", timeout=900)
         wait_for(lambda: ready(port), within=120, what="compose api /readyz")
@@ -348,6 +349,7 @@ def test_the_compose_quickstart_completes_a_loop(images: None) -> None:
             headers={"Authorization": f"Bearer {token}"},
             timeout=10,
         )
+        clients.append(api)
         assert [a["name"] for a in api.get("/v1/agents").json()["items"]] == ["notes"]
         r = api.post("/v1/loops", json={"agent": "notes", "message": "remember: buy milk"})
         assert r.status_code == 201, r.text
@@ -385,6 +387,8 @@ def test_the_compose_quickstart_completes_a_loop(images: None) -> None:
         )
         raise
     finally:
+        for c in clients:
+            c.close()
         subprocess.run(
             [*compose, "down", "-v", "--timeout", "45"],
             cwd=ROOT,
