@@ -29,7 +29,7 @@ from agentd.testing.webhook_receiver import WebhookReceiver, new_secret
 SECRET_ENV = "AGENTD_TEST_USERINFO_SECRET"
 TOKEN = "operator-token-for-userinfo-tests"
 READ_TOKEN = "read-token-for-userinfo-tests"
-PASSWORD = "hook-pa55word-Zq81"  # noqa: S105 (a test value)
+PASSWORD = "hook-pa55word-Zq81"
 
 
 @pytest.fixture(autouse=True)
