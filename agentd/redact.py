@@ -417,9 +417,9 @@ def _joined_views(raw: str) -> list[_View]:
     return views
 
 
-def _views(value: str) -> Iterable[_View]:
+def _views(value: str, joined: bool = True) -> Iterable[_View]:
     bases: list[_View] = [_Raw(value)]
-    if "data:" in value and '"' in value:
+    if joined and "data:" in value and '"' in value:
         bases.extend(_joined_views(value))
     for base in bases:
         view: _View | None = base
@@ -433,11 +433,11 @@ def _views(value: str) -> Iterable[_View]:
 # --- detection ----------------------------------------------------------------------------
 
 
-def _found(text: str) -> list[tuple[int, int]]:
-    """Ranges of `text` that are, or encode, a secret."""
+def _found(text: str, known_only: bool = False) -> list[tuple[int, int]]:
+    """Ranges of `text` that are, or encode, a secret (`known_only`: a known one)."""
     out: list[tuple[int, int]] = []
     low: str | None = None
-    for needle, lower, pat in _PATTERNS:
+    for needle, lower, pat in () if known_only else _PATTERNS:
         if lower:
             low = text.lower() if low is None else low
             if needle not in low:
@@ -449,7 +449,7 @@ def _found(text: str) -> list[tuple[int, int]]:
             if needle == "basic" and not _is_credentials(m.group(g)):
                 continue  # "basic validation failed" is prose, not a credential
             out.append((m.start(g), m.end(g)))
-    if any(core in text for core in _SHAPED_CORES):
+    if not known_only and any(core in text for core in _SHAPED_CORES):
         for m in _B64_RUN.finditer(text):
             if _shaped_inside(m.group()):
                 out.append(m.span())
@@ -592,6 +592,23 @@ def _may_hold(value: str) -> bool:
     for needle in _needles:
         if needle in value:
             return True
+    if _may_hold_known(value):
+        return True
+    if "data:" in value and '"' in value:
+        return True
+    low = value.lower()
+    for needle in _LOWER_NEEDLES:  # noqa: SIM110 (a generator costs more here)
+        if needle in low:
+            return True
+    return False
+
+
+def _may_hold_known(value: str, linear: bool = False) -> bool:
+    """The gates of the known secrets' forms beyond `_needles` (`linear`: those too)."""
+    if linear:
+        for needle, _, _ in _linear:
+            if needle in value:
+                return True
     if _escaped(value) and _NOT_PLAIN.search(value) is not None:
         return True
     if _nul_linear and "\x00" in value:
@@ -607,12 +624,6 @@ def _may_hold(value: str) -> bool:
         for needle, _, _ in _hexa:
             if needle in joined:
                 return True
-    if "data:" in value and '"' in value:
-        return True
-    low = value.lower()
-    for needle in _LOWER_NEEDLES:  # noqa: SIM110 (a generator costs more here)
-        if needle in low:
-            return True
     return False
 
 
@@ -689,9 +700,72 @@ def text(value: str, *, also: Sequence[str] = ()) -> str:
                 value = value.replace(secret, MASK)
     if not value or not _may_hold(value):
         return value
+    return _masked(value, _views(value), known_only=False)
+
+
+def transcript(value: Any, _depth: int = 0) -> Any:
+    """`value` (a text, or a JSON-like value: tool arguments, metadata) with every secret
+    this process knows (`remember`), in any form it decodes to, replaced by MASK — and
+    nothing else: no pattern (`Bearer …`, `sk-…`), since a transcript may rightly hold
+    such words. What the store writes into the transcript (messages, tool calls, errors,
+    the live stream) passes here, so every face shows, and the next prompt sends, the
+    mask. Returns `value` itself when nothing is masked."""
+    if not _known or _depth > 50:
+        return value
+    if isinstance(value, str):
+        if not value or not _may_hold_known(value, linear=True):
+            return value
+        return _masked(value, _views(value, joined=False), known_only=True)
+    if isinstance(value, dict):
+        out = {k: transcript(v, _depth + 1) for k, v in value.items()}
+        return value if all(out[k] is v for k, v in value.items()) else out
+    if isinstance(value, list | tuple):
+        items = [transcript(v, _depth + 1) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
+
+
+def stream_prefix(raw: str, *, final: bool) -> str:
+    """What of a text still being streamed (a model's answer so far) may be shown, masked
+    as `transcript` masks it: all of it once `final`, else all but the tail that could be
+    the start of a known secret in some form — the longest tail that is a piece of one of
+    its forms, a trailing run of base64 characters (a word, or an encoded blob going on),
+    or everything from an escape (`\\u`, `%`, `&#`) near the end. A secret split across
+    two chunks is so never shown in part; what is held back is shown with the next
+    chunk. Masks only grow at the end as the text grows, so each result extends the last."""
+    if not _known:
+        return raw
+    cut = len(raw)
+    if not final and raw:
+        longest = max(len(f) for _, f, _ in (*_linear, *_nul_linear, *_hexa))
+        tail = raw[-longest:]
+        hold = 0
+        for _, form, _ in (*_linear, *_nul_linear, *_hexa):
+            lo, hi = hold, len(tail)  # a tail of `tail` in `form`: monotone in its length
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if tail[-mid:] in form:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            hold = lo
+        run = len(raw)
+        while run > 0 and raw[run - 1] in _B64:
+            run -= 1
+        cut = min(len(raw) - hold, run)
+        window = raw[max(0, cut - 6 * longest) : cut]
+        if _escaped(window):
+            first = min(
+                i for i in (window.find("\\"), window.find("%"), window.find("&#")) if i >= 0
+            )
+            cut = max(0, cut - len(window)) + first
+    return transcript(raw[:cut])
+
+
+def _masked(value: str, views: Iterable[_View], *, known_only: bool) -> str:
     spans: list[tuple[int, int]] = []
-    for view in _views(value):
-        for a, b in _found(view.text):
+    for view in views:
+        for a, b in _found(view.text, known_only):
             if b > a:
                 spans.extend(view.spans(a, b))
     if not spans:
