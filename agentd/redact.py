@@ -725,22 +725,28 @@ def transcript(value: Any, _depth: int = 0) -> Any:
     return value
 
 
+_HOLD_PIECE = 4  # a streamed tail this long that is a piece of a secret's form waits
+_HOLD_RUN = 8  # a trailing run of base64 characters this long waits (an encoded blob)
+_TOKEN = _B64 | frozenset("\\%&#;.")  # what an escaped secret is written with
+
+
 def stream_prefix(raw: str, *, final: bool) -> str:
     """What of a text still being streamed (a model's answer so far) may be shown, masked
-    as `transcript` masks it: all of it once `final`, else all but the tail that could be
-    the start of a known secret in some form — the longest tail that is a piece of one of
-    its forms, a trailing run of base64 characters (a word, or an encoded blob going on),
-    or everything from an escape (`\\u`, `%`, `&#`) near the end. A secret split across
-    two chunks is so never shown in part; what is held back is shown with the next
-    chunk. Masks only grow at the end as the text grows, so each result extends the last."""
+    as `transcript` masks it: all of it once `final`, else all but a tail that could be
+    the start of a known secret — the longest tail (`_HOLD_PIECE`+ characters) that is a
+    piece of one of its forms, a trailing run of `_HOLD_RUN`+ base64 characters (an
+    encoded blob going on), a trailing token holding an escape (`\\u`, `%`, `&#`). What
+    is held back is shown with the next chunk, so a secret split across chunks is never
+    shown but for its first few characters; ordinary words are not held back."""
     if not _known:
         return raw
     cut = len(raw)
     if not final and raw:
-        longest = max(len(f) for _, f, _ in (*_linear, *_nul_linear, *_hexa))
+        forms = (*_linear, *_nul_linear, *_hexa)
+        longest = max(len(f) for _, f, _ in forms)
         tail = raw[-longest:]
         hold = 0
-        for _, form, _ in (*_linear, *_nul_linear, *_hexa):
+        for _, form, _ in forms:
             lo, hi = hold, len(tail)  # a tail of `tail` in `form`: monotone in its length
             while lo < hi:
                 mid = (lo + hi + 1) // 2
@@ -749,16 +755,17 @@ def stream_prefix(raw: str, *, final: bool) -> str:
                 else:
                     hi = mid - 1
             hold = lo
+        cut = len(raw) - hold if hold >= _HOLD_PIECE else cut
         run = len(raw)
         while run > 0 and raw[run - 1] in _B64:
             run -= 1
-        cut = min(len(raw) - hold, run)
-        window = raw[max(0, cut - 6 * longest) : cut]
-        if _escaped(window):
-            first = min(
-                i for i in (window.find("\\"), window.find("%"), window.find("&#")) if i >= 0
-            )
-            cut = max(0, cut - len(window)) + first
+        if len(raw) - run >= _HOLD_RUN:
+            cut = min(cut, run)
+        token = len(raw)
+        while token > max(0, len(raw) - 6 * longest) and raw[token - 1] in _TOKEN:
+            token -= 1
+        if _escaped(raw[token:]):
+            cut = min(cut, token)
     return transcript(raw[:cut])
 
 
