@@ -33,7 +33,6 @@ FLOORS: list[set[str]] = [
         "builder",
         "errors",
         "event_loop",
-        "heap",
         "json_types",
         "known_secrets",
         "redact",
