@@ -1,16 +1,25 @@
-"""Secret redaction for events, logs and the UI: bearer tokens, API keys, `key=` params.
+"""Secret redaction for events, logs, the UI and transcripts.
 
 Two detectors: patterns (bearer tokens, `sk-…` / `AIza…` keys, `key=` params, Basic
-credentials) and the exact values agentd knows to be secret (provider keys, MCP tokens,
-the API's own tokens: `remember`). Both run on every form a stored text can be decoded
-from, not only on the raw text: JSON string escapes (`\\u0073k-…`, any subset of the
-characters, nested), percent-encoding, the values of one key concatenated across a body's
-SSE events (a key streamed back in two deltas), and base64 at any alignment (a known
-secret inside `Basic dXNlcjpzay0…`). A match in a decoded view masks the raw characters it
-was decoded from, so the rest of the text is stored as it was. See docs/security.md.
+credentials, a URL's userinfo password) and the exact values agentd knows to be secret
+(provider keys, MCP tokens, the API's own tokens, webhook secrets: `remember`,
+agentd/known_secrets.py). Both run on every form a stored text can be decoded from, not
+only on the raw text: JSON string escapes (`\\u0073k-…`, any subset of the characters,
+nested), percent-encoding, HTML character references, the values of one key concatenated
+across a body's SSE events (a key streamed back in two deltas), and base64 at any
+alignment (a known secret inside `Basic dXNlcjpzay0…`). A known secret is also searched for
+in the forms it encodes to (`_Forms`: reversed, spaced, hex, UTF-16, base64 wrapped over
+lines, base64 of base64, UTF-7, base32), computed once when it becomes known, and by its
+head or tail 12 characters. A match in a decoded view masks the raw characters it was
+decoded from, so the rest of the text is stored as it was. See docs/security.md.
+
+`text` / `scrub` / `headers` mask both kinds (events, logs, wire logs, shown URLs);
+`transcript` masks known secrets only, where the store writes a loop's transcript, and
+`stream_prefix` does the same for an answer still streaming.
 
 Cheap on the hot path: every detector is gated by a substring test, and a decoded view is
 built only when the text holds an escape beyond the `\\n` / `\\"` every JSON body is full of.
+The encoded forms are searched only inside runs of 16+ base64 characters (`_run_text`).
 A JSON-like document is first tested whole, its texts joined: when no gate opens on the
 join, none opens on any text in it, and it is returned as it was without a walk.
 """
@@ -141,11 +150,6 @@ def remember(*values: str | None, pin: bool = False) -> None:
     for old in [k for k in known if k not in _pinned][: max(0, len(known) - _MAX_KNOWN)]:
         del known[old]
     _set_known(known)
-
-
-def known() -> tuple[str, ...]:
-    """The exact secret values this process knows (tests; the transcript scrub's `also`)."""
-    return tuple(_known)
 
 
 def forget_all() -> None:
