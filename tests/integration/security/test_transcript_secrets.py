@@ -6,9 +6,9 @@ signing secret — a model that echoes it (streamed answer, reasoning, tool argu
 that returns it, a tool that fails with it, a provider error that quotes it and an
 approval-gated call that carries it run through real loops. Then every face is read with a
 read token: the REST transcript, loop, events, approvals and fleet feed, the loop stream
-(live while the answer streams, and replayed), the AG-UI stream, the admin loop pages and
-webhook deliveries. None may show the secret, and the model's next prompt holds the mask
-(the transcript is stored masked).
+(live while the answer streams, and replayed), the AG-UI stream, the admin loop pages,
+webhook deliveries and an error response quoting what it was sent. None may show the
+secret, and the model's next prompt holds the mask (the transcript is stored masked).
 """
 
 from __future__ import annotations
@@ -158,6 +158,16 @@ async def test_no_face_shows_a_known_secret_from_the_transcript(
                 assert sorted(statuses.values()) == ["completed", "completed", "failed", "waiting"]
                 bodies = {"live stream": streamed[1]}
                 bodies |= await _faces(api, ids)
+                # A client-visible error quoting what it was sent (an unknown agent's name).
+                refused = await api.post(
+                    "/v1/loops",
+                    json={"agent": f"agent-{secret}", "message": "x"},
+                    headers={"Authorization": f"Bearer {OPERATOR}"},
+                )
+                assert refused.status_code in (404, 422) and redact.MASK in refused.text, (
+                    refused.text
+                )
+                bodies["error response"] = refused.text
                 bodies |= await _admin(app, ids)
     leaked = {face: _around(body, secret) for face, body in bodies.items() if secret in body}
     assert sorted(leaked) == [], leaked
