@@ -11,6 +11,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 PREFIX = "/v1/"
 _JSON = b"application/json"
+#: The scope key holding the Content-Type the client declared, before the rewrite.
+DECLARED = "agentd.declared_content_type"
 
 
 def _is_json(value: bytes) -> bool:
@@ -29,6 +31,18 @@ class JsonBody:
             headers = scope["headers"]
             kept = [(k, v) for k, v in headers if k != b"content-type"]
             declared = [v for k, v in headers if k == b"content-type"]
+            original = b", ".join(declared).decode("latin-1")
             if not declared or not all(_is_json(v) for v in declared):
                 scope = {**scope, "headers": [*kept, (b"content-type", _JSON)]}
+            scope = {**scope, DECLARED: original}
         await self.app(scope, receive, send)
+
+
+def declared_content_type(scope: Scope) -> str:
+    """The Content-Type the client sent ("" if none), whatever JsonBody rewrote it to."""
+    value = scope.get(DECLARED)
+    if value is None:  # outside /v1 (or without JsonBody): the header as it stands
+        return ", ".join(
+            v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"content-type"
+        )
+    return str(value)

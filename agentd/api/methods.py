@@ -43,7 +43,7 @@ class MethodRouting:
 
 
 #: Methods a route of ours may declare; probed to build `Allow`.
-METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
 def _matches(routes: list[BaseRoute], scope: Scope) -> Match:

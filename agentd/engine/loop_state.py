@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from agentd.db.pool import Pool, transaction
@@ -91,11 +92,12 @@ async def patch(
     loop_id: uuid.UUID,
     body: Any,
     *,
-    if_match: int | None,
+    if_match: int | AbstractSet[int] | None,
     by: str = "api",
     max_bytes: int | None = None,
 ) -> tuple[Loop, bool]:
-    """Apply `body` to the loop's state at version `if_match` (None: `*`, any version).
+    """Apply `body` to the loop's state at version `if_match` (None: `*`, any version; a
+    set: any of these versions, an empty set matches none — an If-Match list).
 
     Returns the loop and whether the state changed (a patch that changes nothing writes
     nothing and keeps the version). A result over `max_bytes` is refused (StateTooLarge)
@@ -110,9 +112,11 @@ async def patch(
         loop = await loops.get_for_update(conn, loop_id=loop_id)
         if loop is None:
             raise LoopNotFound(f"no loop {loop_id}")
-        if if_match is not None and loop.state_version != if_match:
+        wanted = {if_match} if isinstance(if_match, int) else if_match
+        if wanted is not None and loop.state_version not in wanted:
+            named = ", ".join(str(v) for v in sorted(wanted)) or "no version it could match"
             raise PreconditionFailed(
-                f"state is at version {loop.state_version}, not {if_match}",
+                f"state is at version {loop.state_version}; If-Match named {named}",
                 current_version=loop.state_version,
             )
         if loop.status in BUSY:

@@ -95,7 +95,103 @@ async def test_without_if_match_is_428_and_star_applies_to_any_version(
     star = await _patch(client, lid, {"a": 1}, "*")
     assert star.status_code == 200 and star.json()["version"] == 2
     weak = await _patch(client, lid, {"a": 2}, 'W/"2"')
-    assert weak.status_code == 400
+    assert weak.status_code == 412  # RFC 9110: a weak tag never matches a strong compare
+
+
+@pytest.mark.parametrize(
+    ("if_match", "status"),
+    [
+        ('"2"', 200),
+        ('"1", "2"', 200),  # a list matches when any member does
+        ('"2","7"', 200),
+        ('W/"2", "2"', 200),
+        (',, "2" ,', 200),  # empty list elements are allowed (RFC 9110 §5.6.1)
+        ('W/"2"', 412),  # weak: never matches under If-Match's strong comparison
+        ('W/"1", W/"2"', 412),
+        ('"02"', 412),  # opaque: only the exact text of our ETag names version 2
+        ('"+2"', 412),
+        ('" 2"', 400),  # a space is not an etagc
+        ('"1", "3"', 412),
+        ('"x,2"', 412),  # a comma inside a tag is part of the opaque string
+        ('"abc"', 412),
+        ('"\uff12"', 412),  # fullwidth digit (obs-text on the wire): never our tag
+        ("2", 400),  # unquoted: not an entity-tag
+        ('"2', 400),
+        ('*, "2"', 400),
+        ('"2" "3"', 400),
+    ],
+)
+async def test_if_match_follows_rfc_9110_strong_comparison(
+    client: httpx.AsyncClient, pool: Pool, if_match: str, status: int
+) -> None:
+    lid = await _loop(pool, state={"n": 0})
+    assert (await _patch(client, lid, {"n": 1}, "*")).json()["version"] == 2
+    try:
+        r = await _patch(client, lid, {"n": 5}, if_match)
+    except UnicodeEncodeError:  # httpx refuses non-latin-1 header values itself
+        r = await client.patch(
+            f"/v1/loops/{lid}/state",
+            content=b'{"n": 5}',
+            headers=[(b"If-Match", if_match.encode()), (b"Content-Type", b"application/json")],
+        )
+    assert r.status_code == status, r.text
+    after = (await client.get(f"/v1/loops/{lid}/state")).json()
+    assert after == (
+        {"state": {"n": 5}, "version": 3} if status == 200 else {"state": {"n": 1}, "version": 2}
+    )
+    if status == 412:
+        assert (
+            r.json()["type"].endswith("/precondition-failed") and r.json()["current_version"] == 2
+        )
+
+
+async def test_several_if_match_fields_are_one_list(client: httpx.AsyncClient, pool: Pool) -> None:
+    lid = await _loop(pool)
+    r = await client.patch(
+        f"/v1/loops/{lid}/state",
+        content=b'{"a": 1}',
+        headers=[
+            (b"If-Match", b'"7"'),
+            (b"If-Match", b'"1"'),
+            (b"Content-Type", MERGE["Content-Type"].encode()),
+        ],
+    )
+    assert r.status_code == 200 and r.json()["version"] == 2
+
+
+async def test_a_missing_loop_is_404_before_any_precondition(
+    client: httpx.AsyncClient,
+) -> None:
+    r = await _patch(client, "00000000-0000-0000-0000-000000000000", {}, 'W/"1"')
+    assert r.status_code == 404
+
+
+async def test_the_state_advertises_merge_patch_in_accept_patch(
+    client: httpx.AsyncClient, pool: Pool
+) -> None:
+    lid = await _loop(pool)
+    got = await client.get(f"/v1/loops/{lid}/state")
+    assert got.headers["accept-patch"] == "application/merge-patch+json"
+    head = await client.head(f"/v1/loops/{lid}/state")
+    assert head.headers["accept-patch"] == "application/merge-patch+json"
+    opts = await client.options(f"/v1/loops/{lid}/state")
+    assert opts.status_code == 204
+    assert opts.headers["accept-patch"] == "application/merge-patch+json"
+    assert set(opts.headers["allow"].split(", ")) == {"GET", "HEAD", "OPTIONS", "PATCH"}
+    # Another JSON patch format is refused, naming the one it takes; nothing changes.
+    other = await client.patch(
+        f"/v1/loops/{lid}/state",
+        content=b'[{"op": "add", "path": "/a", "value": 1}]',
+        headers={"Content-Type": "application/json-patch+json", "If-Match": '"1"'},
+    )
+    assert other.status_code == 415, other.text
+    assert other.headers["content-type"] == "application/problem+json"
+    assert other.headers["accept-patch"] == "application/merge-patch+json"
+    assert (await client.get(f"/v1/loops/{lid}/state")).json()["version"] == 1
+    # A method the resource lacks: 405 naming all of them, OPTIONS included.
+    put = await client.put(f"/v1/loops/{lid}/state", json={})
+    assert put.status_code == 405
+    assert set(put.headers["allow"].split(", ")) == {"GET", "HEAD", "OPTIONS", "PATCH"}
 
 
 @pytest.mark.parametrize("status", ["queued", "running"])
