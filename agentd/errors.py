@@ -11,7 +11,7 @@ AgentdError
     InvalidTransition · AlreadyDecided
   PreconditionFailed · PreconditionRequired
   BadRequest
-    InputInvalid · StateTooLarge
+    InputInvalid (InputAnswerInvalid) · StateTooLarge
   LimitExceeded
     MaxStepsExceeded · MaxDurationExceeded · TokenBudgetExceeded · CostBudgetExceeded
   LLMError
@@ -132,10 +132,16 @@ class PreconditionRequired(AgentdError):
 
 
 class InputInvalid(BadRequest):
-    """The answer does not match what the MCP server asked for."""
+    """The request is invalid."""
 
     problem_type = "validation-error"
     status = 422
+
+
+class InputAnswerInvalid(InputInvalid):
+    """The answer does not match what the MCP server asked for."""
+
+    problem_type = "input-answer-invalid"
 
 
 class TooManyToolCalls(AgentdError):

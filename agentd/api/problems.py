@@ -35,14 +35,25 @@ _HTTP_TITLES = {
     404: ("not-found", "Not found."),
     405: ("method-not-allowed", "Method not allowed."),
     409: ("conflict", "The request conflicts with the current state."),
-    412: ("precondition-failed", "The resource is not at the version given in If-Match."),
+    412: ("precondition-failed", "The resource is no longer at the version given in If-Match."),
     413: ("payload-too-large", "The request body is too large."),
     415: ("unsupported-media-type", "Unsupported media type."),
     422: ("validation-error", "The request is invalid."),
-    428: ("precondition-required", "This change needs an If-Match header."),
+    428: (
+        "precondition-required",
+        "This change needs an If-Match header naming the version it applies to.",
+    ),
     429: ("too-many-requests", "Too many requests; retry after Retry-After seconds."),
     500: ("internal", "agentd failed."),
     503: ("database-unavailable", "The database cannot be reached."),
+}
+#: Problem types an ApiProblem raises besides the statuses' own (above), with their titles:
+#: a type has one title wherever it is raised (RFC 9457 §3.1.3), so a client can show it.
+TYPE_TITLES = {
+    "invalid-cursor": "The cursor is not one this API returned.",
+    "invalid-last-event-id": "Last-Event-ID is not an event id this stream sent.",
+    "invalid-window": "The time window is invalid.",
+    "idempotency-key-reused": "The Idempotency-Key was used with a different request.",
 }
 
 
@@ -73,7 +84,7 @@ class ApiProblem(Exception):
         slug, title = _HTTP_TITLES.get(status, ("http-error", "HTTP error."))
         self.status = status
         self.problem_type = problem_type or slug
-        self.title = title
+        self.title = TYPE_TITLES.get(self.problem_type, title)
         self.detail = detail
         self.headers = headers
         self.extra = extra
@@ -106,7 +117,10 @@ def wants_html(request: Request) -> bool:
 
 
 def _title(exc: AgentdError) -> str:
-    doc = (type(exc).__doc__ or type(exc).__name__).strip()
+    """The docstring of the class that defines the problem type: a type has one title
+    (RFC 9457 §3.1.3); a subclass that keeps its parent's type says more in `detail`."""
+    owner = next(c for c in type(exc).__mro__ if "problem_type" in vars(c))
+    doc = (owner.__doc__ or owner.__name__).strip()
     return doc.splitlines()[0]
 
 

@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 import jsonschema
 
-from agentd.errors import InputInvalid
+from agentd.errors import InputAnswerInvalid
 
 ACTIONS = ("accept", "decline", "cancel")
 
@@ -45,7 +45,7 @@ def build_response(
     content: dict[str, Any] | None,
     responses: dict[str, dict[str, Any]] | None,
 ) -> dict[str, Any]:
-    """The `input_response` to store, or InputInvalid naming the offending field."""
+    """The `input_response` to store, or InputAnswerInvalid naming the offending field."""
     pending = {r["key"]: r for r in describe(request)}
     if responses is None:
         if action is None:
@@ -110,9 +110,9 @@ def _one(pending: dict[str, Any], answer: dict[str, Any], prefix: str) -> dict[s
         errors.append({"field": field, "message": err.message})
     if errors:
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
-        raise InputInvalid(detail[:2000], errors=errors[:50])
+        raise InputAnswerInvalid(detail[:2000], errors=errors[:50])
     return {"action": "accept", "content": content}
 
 
 def _fail(field: str, message: str) -> NoReturn:
-    raise InputInvalid(f"{field}: {message}", errors=[{"field": field, "message": message}])
+    raise InputAnswerInvalid(f"{field}: {message}", errors=[{"field": field, "message": message}])
