@@ -106,8 +106,15 @@ class Telemetry:
             registry=r,
         )
         self.cost = Counter(
-            "agentd_llm_cost",
+            "agentd_llm_cost_usd",
             "USD spent on models, by the price table (turns on unpriced models add nothing).",
+            ["agent", "model"],
+            registry=r,
+        )
+        # The name before the unit was added (Prometheus: units in names); same values.
+        self.cost_deprecated = Counter(
+            "agentd_llm_cost",
+            "Deprecated: agentd_llm_cost_usd_total under its old name (no unit).",
             ["agent", "model"],
             registry=r,
         )
@@ -169,6 +176,7 @@ class Telemetry:
     def llm_cost(self, *, agent: str, model: str | None, cost: Decimal) -> None:
         """A committed turn's cost (a float here: metrics are not the ledger, loops.cost is)."""
         self._child(self.cost, agent, model or "unknown").inc(float(cost))
+        self._child(self.cost_deprecated, agent, model or "unknown").inc(float(cost))
 
     # --- recorded once per job, by agentd.engine.scopes ----------------------------------
 

@@ -125,6 +125,8 @@ async def test_cost_per_message_loop_agent_and_metric(
     assert calc["models"] == [
         {"model": "fake-model", "cost": "0.0056", "turns": 2, "unpriced_turns": 0}
     ]
+    assert 'agentd_llm_cost_usd_total{agent="calc",model="fake-model"} 0.0056' in scraped
+    # The deprecated name (no unit) still carries the same value.
     assert 'agentd_llm_cost_total{agent="calc",model="fake-model"} 0.0056' in scraped
 
     # A window before the loop started has nothing; a backwards one is a 400.
@@ -161,7 +163,7 @@ async def test_an_unknown_model_has_a_null_cost_not_zero(
     assert mystery["models"] == [
         {"model": "mystery-model", "cost": None, "turns": 2, "unpriced_turns": 2}
     ]
-    assert "agentd_llm_cost_total{" not in scraped
+    assert "agentd_llm_cost_usd_total{" not in scraped and "agentd_llm_cost_total{" not in scraped
 
 
 async def test_cost_budget_pauses_the_loop_and_the_start_request_overrides_it(

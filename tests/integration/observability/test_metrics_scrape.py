@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
+from pathlib import Path
 
 import httpx
 from observability_kit import Scrape
@@ -205,3 +207,69 @@ async def _ready(http: httpx.AsyncClient) -> dict | None:  # type: ignore[type-a
 
 def _samples(engine: Engine, name: str) -> list:  # type: ignore[type-arg]
     return [s for f in engine.telemetry.registry.collect() for s in f.samples if s.name == name]
+
+
+#: `agentd_*` words in the docs that are not metrics and not SQL (which the test finds itself).
+NOT_METRICS = {"agentd_admin": "the admin session cookie"}
+_DOC_METRIC = re.compile(r"\bagentd_[a-z_]+[a-z]\b")
+
+
+def _documented_metric_names() -> dict[str, list[str]]:
+    root = Path(__file__).resolve().parents[3]
+    sql = " ".join(
+        p.read_text(encoding="utf-8")
+        for p in [*root.glob("migrations/*.sql"), *root.glob("agentd/store/sql/*.sql")]
+    )
+    in_sql = set(_DOC_METRIC.findall(sql))
+    found: dict[str, list[str]] = {}
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for name in _DOC_METRIC.findall(doc.read_text(encoding="utf-8")):
+            if name not in in_sql and name not in NOT_METRICS:
+                found.setdefault(name, []).append(doc.name)
+    return found
+
+
+def _exposed_names(text: str) -> set[str]:
+    """Every name a query could use: families (TYPE lines, even without samples yet),
+    samples, and a counter's base name (`agentd_turns` for `agentd_turns_total`)."""
+    names: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            names.add(name)
+            if kind == "counter":
+                names.add(name.removesuffix("_total"))
+            if kind == "histogram":
+                names.update(f"{name}_{s}" for s in ("bucket", "count", "sum"))
+        elif line and not line.startswith("#"):
+            names.add(re.split(r"[{ ]", line, maxsplit=1)[0])
+    return names
+
+
+async def test_every_metric_the_docs_name_is_served(
+    pool: Pool, database_url: str, registry: AgentRegistry
+) -> None:
+    """Caught: docs/operations.md named `agentd_unconsumed_queues`, the metric is
+    `agentd_queue_unconsumed`. Every `agentd_*` word of README.md and docs/*.md that is not
+    SQL must be a name in the /metrics of an app running an engine (as `agentd up`)."""
+    documented = _documented_metric_names()
+    assert "agentd_queue_unconsumed" in documented and "agentd_llm_cost_usd_total" in documented
+    async with running_engine(pool, database_url, registry) as engine:
+        state = AppState.create(
+            settings=engine.settings,
+            pool=pool,
+            registry=registry,
+            database_url=database_url,
+            api_token=TOKEN,
+            engine=engine,
+        )
+        transport = httpx.ASGITransport(app=create_app(state))
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://t", headers=headers
+        ) as c:
+            r = await c.get("/metrics")
+    assert r.status_code == 200
+    served = _exposed_names(r.text)
+    missing = {name: docs for name, docs in documented.items() if name not in served}
+    assert missing == {}
