@@ -364,6 +364,7 @@ class AguiStream:
             "agentd": {
                 "status": loop.status,
                 "reason": loop.status_reason,
+                "status_reason": loop.status_reason,
                 "stepCount": loop.step_count,
                 "cost": prices.money(loop.cost),
             }
@@ -466,7 +467,7 @@ class AguiStream:
             _event(
                 "CUSTOM",
                 name="agentd.status",
-                value={"status": loop.status, "reason": loop.status_reason},
+                value=_status_value(loop.status, loop.status_reason),
             )
         )
         if loop.status in END:
@@ -510,7 +511,7 @@ class AguiStream:
                     _event(
                         "CUSTOM",
                         name="agentd.status",
-                        value={"status": status, "reason": item.get("reason", row.status_reason)},
+                        value=_status_value(status, item.get("reason", row.status_reason)),
                     )
                 )
                 if row.status in END and status in END:
@@ -549,3 +550,9 @@ async def stream(request: Request, loop_id: UUID, last_event_id: str | None) -> 
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         on_close=[lambda: hub.unsubscribe(sub)],
     )
+
+
+def _status_value(status: str, reason: object) -> dict[str, Any]:
+    """`agentd.status`: `status_reason` is the loop resource's name; `reason` stays for
+    clients written before it."""
+    return {"status": status, "reason": reason, "status_reason": reason}

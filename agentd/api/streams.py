@@ -139,6 +139,8 @@ class LoopStream:
     def _status_frame(self, status: str, **extra: object) -> str:
         self.status = status
         data = {"status": status, **{k: v for k, v in extra.items() if v is not None}}
+        if "reason" in data:  # the REST name; `reason` stays for existing clients
+            data["status_reason"] = data["reason"]
         return _frame("status", self._next_id("s"), data)
 
     async def frames(self) -> AsyncIterator[str]:

@@ -26,7 +26,7 @@ from agentd.errors import FenceLost, TooManyToolCalls
 from agentd.observability import tracing
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.llm import costs, tokens
-from agentd.states import TurnOutcome
+from agentd.states import TransitionReason, TurnOutcome
 from agentd.store import jobs, loops
 from agentd.store.models import NewEvent
 
@@ -78,6 +78,15 @@ class ResponseParsing:
             loop_id=ctx.loop.id,
             reason=resp.finish_reason,
         )  # the statement adds its message id and the {step, tool_calls} log
+        # No calls: the statement completes the loop, and the fleet feed (GET /v1/events)
+        # hears it as it hears failed, paused and stopped loops (chained turns end here too).
+        ended = (
+            None
+            if calls
+            else NewEvent(
+                name="loop.completed", loop_id=ctx.loop.id, reason=TransitionReason.MODEL_FINISHED
+            )
+        )
         # Chaining: the calls the worker has free tool slots for (ctx.chain) are leased to
         # it by the finalize itself; the rest are queued for any worker. The worker runs
         # what this returns in ctx.chain.leased once the stack has returned.
@@ -86,7 +95,9 @@ class ResponseParsing:
         tokens_own = [uuid.uuid4() for _ in range(own)]
         if chain is not None:
             chain.tokens = tokens_own  # handed back if the write raises (it may have committed)
-        done = await self._finalize(ctx, rows, used, spent, sequential, turn_event, tokens_own)
+        done = await self._finalize(
+            ctx, rows, used, spent, sequential, turn_event, ended, tokens_own
+        )
         if done is None:
             if chain is not None:
                 chain.leased = LeasedWork()  # the fence held nothing: nothing was written
@@ -130,6 +141,7 @@ class ResponseParsing:
         spent: costs.TurnCost,
         sequential: bool,
         turn_event: NewEvent,
+        ended: NewEvent | None,
         own_tokens: list[uuid.UUID],
     ) -> loops.FinalizedTurn | None:
         runtime = ctx.runtime
@@ -155,8 +167,8 @@ class ResponseParsing:
                 sequential=sequential,
                 tool_lease_seconds=runtime.tool_lease_seconds(ctx.metadata.get("mcp_timeouts")),
                 notify_tool="tool" not in runtime.consumes,
-                turn_events=[*ctx.events, turn_event],
-                attach=[False] * len(ctx.events) + [True],
+                turn_events=[*ctx.events, turn_event, *([ended] if ended else [])],
+                attach=[False] * len(ctx.events) + [True] + ([False] if ended else []),
                 own_tokens=own_tokens,
                 worker_id=runtime.worker_id,
                 cost=spent.cost,

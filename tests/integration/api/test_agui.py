@@ -332,7 +332,8 @@ async def test_agui_run_waits_for_an_approval_and_goes_on_once_decided(
         events = [e for _, e in await asyncio.wait_for(reader, timeout=30)]
     check_order(events)
     customs = [e for e in events if e["type"] == "CUSTOM"]
-    assert {"status": "waiting", "reason": "awaiting_approval"} in [
+    waiting = {"reason": "awaiting_approval", "status_reason": "awaiting_approval"}
+    assert {"status": "waiting", **waiting} in [
         c["value"] for c in customs if c["name"] == "agentd.status"
     ]
     (decided,) = [c for c in customs if c["name"] == "agentd.approval"]

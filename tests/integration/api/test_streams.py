@@ -191,6 +191,9 @@ async def test_stream_ends_when_the_loop_is_stopped_over_rest(
     assert frames[0].startswith("id: ") and "event: status" in frames[0]
     assert '"status": "queued"' in frames[0] or '"status": "stopped"' in frames[0]
     assert '"status": "stopped"' in frames[-1] and "stopped_by_user" in frames[-1]
+    # One name for the reason, as on the loop resource (`reason` kept for old clients).
+    last = json.loads(frames[-1].split("data: ", 1)[1])
+    assert last["status_reason"] == last["reason"] == "stopped_by_user"
     assert app.state.stream_hub.subscribers() == 0
 
 

@@ -71,6 +71,8 @@ async def test_approval_and_completion_are_delivered_signed_once_each(
     done = rx.first(ids[1]).body
     assert done is not None and done["type"] == "loop.completed"
     assert done["data"]["status"] == "completed" and done["data"]["agent"] == "calc"
+    # One name for the reason, as on the loop resource (`reason` kept for old receivers).
+    assert done["data"]["status_reason"] == done["data"]["reason"] == "model_finished"
     assert all(a.verified for a in rx.arrivals)
     assert sorted(rx.counts().values()) == [1, 1]
     headers = rx.first(ids[0]).headers
