@@ -89,8 +89,8 @@ WEBHOOK_EVENTS = (
 class WebhookConfig(BaseModel):
     """A `[[webhooks]]` entry: where to POST which events, signed per Standard Webhooks.
 
-    The signing secret (`whsec_<base64>`) is read from the env var `secret_env` names by
-    the workers that deliver; it is never stored.
+    The signing secret (`whsec_<base64>`; several separated by spaces while rotating) is
+    read from the env var `secret_env` names by the workers that deliver; never stored.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -98,7 +98,8 @@ class WebhookConfig(BaseModel):
     url: str = Field(pattern=r"^https?://\S+$")
     events: list[str] = Field(min_length=1)
     secret_env: str = Field(min_length=1)
-    timeout: float = Field(default=10.0, gt=0, le=300)
+    #: Standard Webhooks recommends 15 to 30 s per attempt.
+    timeout: float = Field(default=15.0, gt=0, le=300)
     max_attempts: int = Field(default=10, ge=1, le=100)
     retry_base_delay: float = Field(default=5.0, gt=0)
     retry_max_delay: float = Field(default=3600.0, gt=0)

@@ -26,9 +26,14 @@ class EndpointOut(BaseModel):
     url: str
     events: list[str]
     secret_env: str = Field(description="The env var holding the secret (never the secret).")
-    enabled: bool = Field(description="False once removed from the config file.")
+    enabled: bool = Field(description="False once removed from the config file, or gone.")
     pending: int
     failed: int
+    disabled_reason: str | None = Field(
+        None,
+        description="`gone`: disabled after answering 410 Gone, until a worker starts "
+        "with it in its config again.",
+    )
 
     @classmethod
     def of(cls, e: Endpoint) -> EndpointOut:
@@ -40,6 +45,7 @@ class EndpointOut(BaseModel):
             enabled=e.enabled,
             pending=e.pending,
             failed=e.failed,
+            disabled_reason=e.disabled_reason,
         )
 
 

@@ -8,8 +8,11 @@ HMAC-SHA256 of `id.timestamp.body`, made by the `standardwebhooks` package).
 
 Guarantee: at-least-once. A delivery is claimed under a lease (SKIP LOCKED), so two workers
 never send it at the same time; its outcome is written only under that lease. A 2xx marks
-it delivered; anything else (a status, a timeout, a refused connection) retries it with
-exponential back-off (±20% jitter) until `max_attempts`, then marks it failed.
+it delivered; 410 Gone fails it and disables its endpoint (fleet-wide, with a
+`webhook.endpoint_disabled` event) until a worker starts with it in its config again;
+anything else (a status, a timeout, a refused connection) retries it with exponential
+back-off (±20% jitter) until `max_attempts`, then marks it failed. Every attempt is signed
+with each of the endpoint's secrets (several while one is rotated).
 Tolerates: a SIGKILL mid-attempt (the claim treats a lease whose worker's heartbeat backend
 is gone as free, so another worker re-sends at once, with the same webhook-id); any number
 of deliverers; endpoints removed from the config (disabled: nothing new is queued for them).
@@ -21,6 +24,8 @@ Called by: engine.service (processes running the maintenance queue).
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import os
 import random
@@ -37,12 +42,14 @@ from agentd.engine.ticks import Signal
 from agentd.errors import ConfigError
 from agentd.settings import Settings, WebhookConfig
 from agentd.states import WebhookAttempt
-from agentd.store import webhooks
+from agentd.store import events, webhooks
+from agentd.store.models import NewEvent
 from agentd.store.webhooks import Delivery
 
 log = logs.get("agentd.webhooks")
 
 BATCH = 16
+GONE = 410  # the receiver asks to be disabled: no retry, the endpoint is switched off
 LEASE_MARGIN = 30.0  # a lease outlives the attempt's timeout by this much
 
 
@@ -60,7 +67,7 @@ class DeliveryReport:
 @dataclass(frozen=True)
 class _Target:
     config: WebhookConfig
-    signer: standardwebhooks.Webhook
+    signer: Signers
 
 
 def backoff(config: WebhookConfig, attempts: int, *, jitter: float = 0.2) -> float:
@@ -69,19 +76,57 @@ def backoff(config: WebhookConfig, attempts: int, *, jitter: float = 0.2) -> flo
     return float(delay * random.uniform(1 - jitter, 1 + jitter))
 
 
-def signer_for(config: WebhookConfig) -> standardwebhooks.Webhook:
-    secret = os.environ.get(config.secret_env)
-    if not secret:
+#: Standard Webhooks: a secret is `whsec_` + base64 of 24 to 64 random bytes.
+SECRET_PREFIX = "whsec_"
+SECRET_BYTES = (24, 64)
+
+
+def _secret_problem(secret: str) -> str | None:
+    """What is wrong with one secret (never quoting it), or None."""
+    if not secret.startswith(SECRET_PREFIX):
+        return "does not start with whsec_"
+    try:
+        key = base64.b64decode(secret[len(SECRET_PREFIX) :], validate=True)
+    except (binascii.Error, ValueError):
+        return "is not whsec_ followed by base64"
+    low, high = SECRET_BYTES
+    if not low <= len(key) <= high:
+        return f"decodes to {len(key)} bytes, not {low} to {high}"
+    return None
+
+
+@dataclass(frozen=True)
+class Signers:
+    """The endpoint's secrets: the env var holds one, or several separated by spaces while
+    a secret is rotated. Every attempt is signed with each (`webhook-signature` is the
+    space-separated list of their `v1,` signatures, as the Standard Webhooks spec allows),
+    so a receiver holding either the old or the new secret verifies it."""
+
+    webhooks: tuple[standardwebhooks.Webhook, ...]
+
+    def sign(self, msg_id: str, timestamp: datetime, body: str) -> str:
+        return " ".join(w.sign(msg_id, timestamp, body) for w in self.webhooks)
+
+
+def signer_for(config: WebhookConfig) -> Signers:
+    """The endpoint's signers, or ConfigError (exit 2) naming the variable and what is
+    wrong: unset, not `whsec_` + base64, or not 24 to 64 bytes once decoded."""
+    value = os.environ.get(config.secret_env)
+    secrets = (value or "").split()
+    if not secrets:
         raise ConfigError(
             f"[[webhooks]] {config.url}: environment variable {config.secret_env} is not set"
         )
-    try:
-        return standardwebhooks.Webhook(secret)
-    except Exception:
-        raise ConfigError(
-            f"[[webhooks]] {config.url}: {config.secret_env} is not a Standard Webhooks secret "
-            "(whsec_ followed by base64)"
-        ) from None
+    for n, secret in enumerate(secrets, 1):
+        problem = _secret_problem(secret)
+        if problem is not None:
+            which = f"secret {n} of {len(secrets)} in " if len(secrets) > 1 else ""
+            raise ConfigError(
+                f"[[webhooks]] {config.url}: {which}{config.secret_env} {problem}: a Standard "
+                "Webhooks secret is whsec_ followed by base64 of 24 to 64 random bytes, e.g. "
+                '"whsec_$(openssl rand -base64 32)"'
+            )
+    return Signers(tuple(standardwebhooks.Webhook(s) for s in secrets))
 
 
 class WebhookDeliverer:
@@ -197,16 +242,23 @@ class WebhookDeliverer:
                 config.url, content=body.encode(), headers=headers, timeout=config.timeout
             )
             status = resp.status_code
-            if not 200 <= status < 300:
+            if status == GONE:
+                error = f"HTTP 410 Gone: the endpoint asked to be disabled: {resp.text[:200]}"
+            elif not 200 <= status < 300:
                 error = f"HTTP {status}: {resp.text[:300]}"
         except httpx.HTTPError as exc:
             error = f"{type(exc).__name__}: {exc}"[:500]
         delivered = error is None
+        gone = status == GONE
         retry = (
-            None if delivered or d.attempts >= config.max_attempts else backoff(config, d.attempts)
+            None
+            if delivered or gone or d.attempts >= config.max_attempts
+            else backoff(config, d.attempts)
         )
         # The attempt happened: record it even if this task is being cancelled.
         row = await asyncio.shield(self._finish(d, token, delivered, status, error, retry))
+        if gone:
+            await asyncio.shield(self._disable_gone(d))
         if row is None:
             log.info("webhooks.fence_lost", delivery=d.id)
             return WebhookAttempt.FENCE_LOST
@@ -221,6 +273,47 @@ class WebhookDeliverer:
             retry_in=retry,
         )
         return WebhookAttempt.RETRIED if retry is not None else WebhookAttempt.FAILED
+
+    async def _disable_gone(self, d: Delivery) -> None:
+        """410 Gone: the receiver asks not to be sent anything more (Standard Webhooks).
+        Disable the endpoint fleet-wide (claims skip disabled endpoints), fail its idle
+        pending deliveries, and say so in the event feed and the log, once."""
+        target = self.targets.pop(d.endpoint_id, None)
+        url = redact.text(target.config.url if target else "")
+        async with transaction(self.pool) as conn:
+            endpoint = await webhooks.disable_gone(
+                conn,
+                endpoint_id=d.endpoint_id,
+                last_error="endpoint disabled: it answered 410 Gone",
+            )
+            if endpoint is None:
+                return  # another attempt (or process) disabled it first
+            await events.insert_many(
+                conn,
+                [
+                    NewEvent(
+                        name="webhook.endpoint_disabled",
+                        reason="gone",
+                        url=url,
+                        status=GONE,
+                        log=json.dumps(
+                            {
+                                "endpoint_id": d.endpoint_id,
+                                "delivery_id": d.id,
+                                "failed_deliveries": endpoint.failed,
+                            }
+                        ),
+                    )
+                ],
+            )
+        log.warning(
+            "webhooks.endpoint_disabled",
+            reason="gone",
+            url=url,
+            endpoint=d.endpoint_id,
+            failed_deliveries=endpoint.failed,
+            hint="a worker starting with it in [[webhooks]] enables it again",
+        )
 
     async def _finish(
         self,

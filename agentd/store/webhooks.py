@@ -34,6 +34,7 @@ class Endpoint(_Row):
     updated_at: datetime
     pending: int = 0
     failed: int = 0
+    disabled_reason: str | None = None  # 0030: 'gone' after a 410 Gone
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,13 @@ async def upsert_endpoint(
 
 async def disable_other_endpoints(conn: Connection, *, keep_ids: Sequence[int]) -> None:
     await conn.execute(sql("webhook_endpoint_disable_others"), list(keep_ids))
+
+
+async def disable_gone(conn: Connection, *, endpoint_id: int, last_error: str) -> Endpoint | None:
+    """After a 410 Gone: disable the endpoint and fail its idle pending deliveries (`failed`
+    counts them); None when it was already disabled."""
+    rec = await conn.fetchrow(sql("webhook_endpoint_gone"), endpoint_id, last_error)
+    return Endpoint.from_record(rec) if rec is not None else None
 
 
 async def list_endpoints(conn: Connection) -> list[Endpoint]:

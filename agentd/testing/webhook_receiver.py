@@ -53,6 +53,8 @@ class WebhookReceiver:
     hold: bool = False
     #: Answer 500 to the first `fail_first` attempts of each webhook-id.
     fail_first: int = 0
+    #: Answer every verified request with this status instead (410: "disable me").
+    answer: int | None = None
     #: Recorded on each arrival: a test marks its phases with it.
     tag: str = ""
     arrivals: list[Arrival] = field(default_factory=list)
@@ -122,6 +124,8 @@ class WebhookReceiver:
             return Response("bad signature", status_code=401)
         if self.hold:
             await self._released.wait()
+        if self.answer is not None:
+            return Response(status_code=self.answer)
         if self.counts()[arrival.webhook_id] <= self.fail_first:
             return Response("try again", status_code=500)
         return Response(status_code=204)

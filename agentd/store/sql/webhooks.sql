@@ -4,8 +4,26 @@
 INSERT INTO webhook_endpoints (url, events, secret_env) VALUES ($1, $2, $3)
 ON CONFLICT (url) DO UPDATE
 SET events = EXCLUDED.events, secret_env = EXCLUDED.secret_env, enabled = true,
-    updated_at = now()
+    disabled_reason = NULL, updated_at = now()
 RETURNING *;
+
+-- name: webhook_endpoint_gone :one
+-- WebhookDeliverer: the endpoint answered 410 Gone (Standard Webhooks: stop sending to it).
+-- Disables it and fails its pending deliveries that no attempt holds right now (the one
+-- that got the 410 is finished by its own attempt). No fence; null when already disabled.
+-- $1 id bigint · $2 last_error text
+WITH e AS (
+    UPDATE webhook_endpoints SET enabled = false, disabled_reason = 'gone', updated_at = now()
+    WHERE id = $1 AND enabled
+    RETURNING *
+), d AS (
+    UPDATE webhook_deliveries
+    SET status = 'failed', last_error = $2, updated_at = now()
+    WHERE endpoint_id = (SELECT id FROM e) AND status = 'pending'
+      AND (lease_token IS NULL OR leased_until < now())
+    RETURNING 1
+)
+SELECT e.*, 0::bigint AS pending, (SELECT count(*) FROM d)::bigint AS failed FROM e;
 
 -- name: webhook_endpoint_disable_others :exec
 -- WebhookDeliverer.sync_config: endpoints no longer in the config get no new deliveries.
@@ -31,6 +49,8 @@ WITH c AS (
     SELECT d.id FROM webhook_deliveries d
     WHERE d.status = 'pending' AND d.next_attempt_at <= now()
       AND d.endpoint_id = ANY($1::bigint[])
+      -- disabled since this process synced (410 Gone, or another process's config)
+      AND EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.id = d.endpoint_id AND e.enabled)
       AND (d.lease_token IS NULL OR d.leased_until < now()
            OR NOT EXISTS (SELECT 1 FROM workers w
                           JOIN pg_stat_activity a

@@ -341,3 +341,77 @@ async def test_the_janitor_prunes_old_finished_deliveries_and_never_a_pending_on
     async with connection(pool) as conn:
         await conn.execute("UPDATE webhook_deliveries SET updated_at = now() - interval '30 days'")
     assert (await off.prune_once()).webhook_deliveries == 0
+
+
+async def test_an_endpoint_answering_410_gone_is_disabled_not_retried(
+    pool: Pool, secret: str
+) -> None:
+    """Standard Webhooks: 410 Gone asks the sender to stop. The delivery fails at once, the
+    endpoint is disabled (its other deliveries fail, new ones are not queued, other
+    processes stop claiming), a `webhook.endpoint_disabled` event says so; a worker that
+    starts with it in its config enables it again."""
+    async with WebhookReceiver(secret, answer=410) as rx:
+        settings = _settings(rx.url, ["loop.paused"])
+        deliverer = WebhookDeliverer(settings, pool, worker_id=uuid.uuid4())
+        other = WebhookDeliverer(settings, pool, worker_id=uuid.uuid4())
+        await deliverer.sync_config()
+        await other.sync_config()
+        async with connection(pool) as conn:
+            for _ in range(3):
+                row = await factories.loop(conn, status="running")
+                await factories.set_loop(conn, row.id, status="paused")
+        deliverer.http = httpx.AsyncClient()
+        other.http = httpx.AsyncClient()
+        try:
+            # One attempt only: the first delivery claimed, the others wait for a later one.
+            first = await deliverer.deliver_once()
+            assert first.failed >= 1 and first.retried == 0 and first.delivered == 0
+            assert deliverer.targets == {}
+            assert not await other.deliver_once()  # another process claims nothing either
+        finally:
+            await deliverer.http.aclose()
+            await other.http.aclose()
+        attempts = len(rx.arrivals)
+    assert attempts == first.failed  # each delivery was tried at most once
+    rows = await _deliveries(pool)
+    assert [d.status for d in rows] == ["failed"] * 3
+    assert {d.last_status for d in rows if d.attempts} == {410}
+    async with connection(pool) as conn:
+        (endpoint,) = await webhooks.list_endpoints(conn)
+        assert endpoint.enabled is False and endpoint.disabled_reason == "gone"
+        row = await factories.loop(conn, status="running")
+        await factories.set_loop(conn, row.id, status="paused")
+        (event,) = await conn.fetch(
+            "SELECT reason, status, url FROM events WHERE name = 'webhook.endpoint_disabled'"
+        )
+    assert (event["reason"], event["status"], event["url"]) == ("gone", 410, rx.url)
+    assert len(await _deliveries(pool)) == 3  # nothing new is queued for it
+    await WebhookDeliverer(settings, pool, worker_id=uuid.uuid4()).sync_config()
+    async with connection(pool) as conn:
+        (endpoint,) = await webhooks.list_endpoints(conn)
+    assert endpoint.enabled is True and endpoint.disabled_reason is None
+
+
+async def test_during_a_secret_rotation_receivers_on_either_secret_verify(
+    pool: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The env var holds the new and the old secret; every attempt is signed with both, and
+    the official `standardwebhooks` library verifies it with either one."""
+    new, old = new_secret(), new_secret()
+    monkeypatch.setenv(SECRET_ENV, f"{new} {old}")
+    for holder in (old, new):
+        async with WebhookReceiver(holder) as rx:
+            settings = _settings(rx.url, ["loop.paused"])
+            deliverer = WebhookDeliverer(settings, pool, worker_id=uuid.uuid4())
+            await deliverer.sync_config()
+            async with connection(pool) as conn:
+                row = await factories.loop(conn, status="running")
+                await factories.set_loop(conn, row.id, status="paused")
+            deliverer.http = httpx.AsyncClient()
+            try:
+                assert (await deliverer.deliver_once()).delivered == 1
+            finally:
+                await deliverer.http.aclose()
+        (arrival,) = rx.arrivals
+        assert arrival.verified
+        assert len(arrival.headers["webhook-signature"].split(" ")) == 2

@@ -1,3 +1,6 @@
+-- Two expand-only changes: the loop webhooks carry `status_reason`, and endpoints record
+-- why agentd disabled one.
+
 -- One name for why a loop is in its status: `status_reason`, as the REST loop resource has
 -- always called it. The loop webhooks' `data` carried it as `reason` only; it now carries
 -- both (`reason` stays for existing receivers). Expand-only: the trigger function is
@@ -22,3 +25,8 @@ BEGIN
     RETURN NULL;
 END
 $$;
+
+-- Why an endpoint was disabled by agentd itself: 'gone' when it answered 410 Gone (the
+-- Standard Webhooks way for a receiver to ask to be switched off). Null otherwise; a
+-- worker starting with the endpoint in its `[[webhooks]]` enables it again and clears it.
+ALTER TABLE webhook_endpoints ADD COLUMN IF NOT EXISTS disabled_reason text;
