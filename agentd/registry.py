@@ -6,6 +6,7 @@ This is the one piece of process-wide state agentd keeps (ARCHITECTURE.md).
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 from decimal import Decimal
 from importlib.metadata import entry_points
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from agentd import known_secrets, logs, redact
 from agentd.agent import Agent, LoopView
 from agentd.errors import ConfigError, UnknownAgent
+from agentd.llm.dialects import base as dialects_base
 from agentd.settings import PriceConfig
 
 if TYPE_CHECKING:
@@ -194,6 +196,17 @@ def agent_from_config(name: str, raw: dict[str, Any]) -> type[Agent]:
     return ConfiguredAgent
 
 
+def _static_base_url_problem(cls: type[Agent]) -> str | None:
+    """A base_url the class states outright (TOML, or a class attribute) checked against
+    its dialect at load, so `agentd up` refuses it before any loop runs; one computed per
+    loop (a property) is checked by the LLM client before each call."""
+    base_url = inspect.getattr_static(cls, "base_url", None)
+    dialect = inspect.getattr_static(cls, "dialect", "open_ai")
+    if not isinstance(base_url, str) or not isinstance(dialect, str):
+        return None
+    return dialects_base.base_url_problem(dialect, base_url)
+
+
 class AgentRegistry:
     """Name → Agent subclass."""
 
@@ -208,6 +221,9 @@ class AgentRegistry:
             raise ConfigError(
                 f"duplicate agent name {name!r}: from {self._sources[name]} and {source}"
             )
+        problem = _static_base_url_problem(cls)
+        if problem is not None:
+            raise ConfigError(f"agent {name!r} ({source}): {problem}")
         named = type(cls.__name__, (cls,), {"name": name, "__module__": cls.__module__})
         self._agents[name] = named
         self._sources[name] = source

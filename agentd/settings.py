@@ -264,16 +264,22 @@ class Settings(BaseSettings):
         5.0,
         gt=0,
         description="Then the turn is handed back (no worker slot held) for this long; doubles "
-        "with each consecutive deferral (±20% jitter), up to mcp_discovery_defer_max.",
+        "with each consecutive deferral (±20% jitter), up to mcp_discovery_defer_max. The "
+        "same deferral applies to a model endpoint that cannot be connected to after "
+        "llm_retries re-sends.",
     )
     mcp_discovery_defer_max: float = Field(
-        60.0, gt=0, description="Longest single deferral of a turn whose MCP servers are down."
+        60.0,
+        gt=0,
+        description="Longest single deferral of a turn whose MCP servers (or model endpoint) "
+        "are down.",
     )
     mcp_discovery_give_up_after: float = Field(
         300.0,
         gt=0,
-        description="A loop whose MCP discovery keeps failing this long (from its first "
-        "deferral) fails, naming the server and the last error.",
+        description="A loop whose MCP discovery, or connection to its model endpoint, keeps "
+        "failing this long (from its first deferral) fails, naming the server or URL and the "
+        "last error.",
     )
     mcp_session_end_grace: float = Field(
         60.0,

@@ -17,10 +17,10 @@ import httpx
 import structlog
 
 from agentd import redact
-from agentd.errors import LLMError, LLMStatusError, LLMTimeout
+from agentd.errors import ConfigError, LLMError, LLMStatusError, LLMTimeout
 from agentd.llm import body, http_pool, merge, retry, sse, transport
 from agentd.llm.dialects import get_dialect
-from agentd.llm.dialects.base import Dialect, load_json
+from agentd.llm.dialects.base import Dialect, base_url_problem, load_json
 from agentd.llm.types import LLMRequest, LLMResponse, OnDelta, StreamDelta, WireExchange
 
 log = structlog.get_logger("agentd.llm")
@@ -117,6 +117,9 @@ class LLMClient:
         """Send `request`; every LLMError raised carries `.exchanges` (all attempts so far)."""
         d = get_dialect(dialect)
         provider = request.provider
+        problem = base_url_problem(dialect, provider.base_url)
+        if problem is not None:  # a base_url computed per loop; static ones fail at load
+            raise ConfigError(problem)
         rendered = d.render(request)
         payload = merge.deep_merge(rendered.payload, request.llm_params)
         stream = d.is_stream(request, payload)
@@ -212,7 +215,7 @@ class LLMClient:
         capture = _Capture()
         ttft: float | None = None
         try:
-            with transport.map_transport_errors():
+            with transport.map_transport_errors(call.url):
                 async with self._http.stream(
                     "POST",
                     call.url,
@@ -227,6 +230,8 @@ class LLMClient:
                         async for chunk in r.aiter_bytes():
                             capture.add(chunk)
                         raise LLMStatusError(
+                            f"LLM endpoint {transport.where(call.url)} answered HTTP "
+                            f"{r.status_code}",
                             status_code=r.status_code,
                             retry_after=retry.parse_retry_after(r.headers.get("retry-after")),
                             body=_mask(capture.text(), call.secrets),

@@ -139,3 +139,37 @@ async def test_missing_api_key_env_fails_provider_naming_the_variable(
         await resolve(cls(LoopView()).llm_provider())
     monkeypatch.setenv("AGENTD_TEST_UNSET_KEY", "sk-2")
     assert (await resolve(cls(LoopView()).llm_provider())).api_token == "sk-2"
+
+
+@pytest.mark.parametrize(
+    ("dialect", "base_url", "bad"),
+    [
+        ("open_ai", "https://api.openai.com/v1", True),
+        ("open_ai", "https://openrouter.ai/api/v1/", True),
+        ("anthropic", "https://api.anthropic.com/v1", True),
+        ("gemini", "https://generativelanguage.googleapis.com/v1beta", True),
+        ("open_ai", "https://api.openai.com", False),
+        ("open_ai", "https://openrouter.ai/api", False),
+        ("open_ai", "http://127.0.0.1:9/v10", False),
+        ("gemini", "https://generativelanguage.googleapis.com", False),
+    ],
+)
+def test_a_toml_agent_whose_base_url_doubles_the_version_segment_is_refused_at_load(
+    dialect: str, base_url: str, bad: bool
+) -> None:
+    raw = {"dialect": dialect, "base_url": base_url, "model": "m"}
+    registry = AgentRegistry()
+    if not bad:
+        registry.load_config({"ok": raw})
+        return
+    with pytest.raises(ConfigError, match=r"agent 'bad' \(config file\): base_url .*drop the"):
+        registry.load_config({"bad": raw})
+
+
+def test_a_code_agent_with_a_v1_base_url_attribute_is_refused_at_registration() -> None:
+    class Sdkish(Agent):
+        base_url = "https://api.openai.com/v1"
+        model = "gpt-4o"
+
+    with pytest.raises(ConfigError, match=r"base_url = https://api\.openai\.com "):
+        AgentRegistry().register("sdkish", Sdkish)

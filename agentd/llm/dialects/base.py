@@ -62,6 +62,45 @@ def join_url(base_url: str, path: str, params: dict[str, str] | None = None) -> 
     return str(merged)
 
 
+#: The version segment each dialect's path starts with: a base_url ending in one would
+#: double it (`/v1/v1/chat/completions`, a 404 that names neither cause nor fix).
+_VERSION_SEGMENTS = {
+    "open_ai": ("/v1", "/v1/chat/completions"),
+    "anthropic": ("/v1", "/v1/messages"),
+    "gemini": ("/v1beta", "/v1beta/models/{model}:generateContent"),
+}
+
+
+def base_url_problem(dialect: str, base_url: str) -> str | None:
+    """What is wrong with an agent's base_url for its dialect, or None.
+
+    agentd's base_url is an origin (plus any prefix a gateway needs): the dialect appends
+    its own path, version segment included. A base_url ending in that segment (as SDKs
+    expect, `https://api.openai.com/v1`) is refused with the fix rather than sent to
+    `/v1/v1/...`.
+    """
+    known = _VERSION_SEGMENTS.get(dialect)
+    if known is None or not base_url:
+        return None
+    segment, path = known
+    try:
+        url = httpx.URL(base_url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return f"base_url {base_url!r} is not a URL"
+    trimmed = url.path.rstrip("/")
+    if not trimmed.lower().endswith(segment):
+        return None
+    # Shown without userinfo or query (a gemini `key=`): the message goes to logs.
+    port = f":{url.port}" if url.port is not None else ""
+    shown = f"{url.scheme}://{url.host}{port}"
+    prefix = trimmed[: -len(segment)]
+    return (
+        f"base_url {shown}{trimmed} ends in {trimmed[-len(segment) :]}, but the {dialect} "
+        f"dialect appends {path} itself (requests would go to ...{segment}{path}): drop "
+        f"the trailing {segment}, base_url = {shown}{prefix} (agentd adds the path)"
+    )
+
+
 def load_json(data: str | bytes, what: str) -> Any:
     try:
         return json.loads(data)

@@ -16,18 +16,68 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 
-from agentd import redact
+from agentd import logs, redact
 from agentd.agent import resolve
 from agentd.db.pool import transaction
 from agentd.engine import loop_limits
 from agentd.engine.context import TurnContext
-from agentd.errors import FenceLost, LLMError, MaxDurationExceeded, MaxStepsExceeded
+from agentd.errors import (
+    FenceLost,
+    LLMError,
+    LLMTransportError,
+    MaxDurationExceeded,
+    MaxStepsExceeded,
+)
 from agentd.llm.types import LLMRequest, StreamDelta
 from agentd.pipeline.builder import Handler
-from agentd.pipeline.llm import limits, prompt
+from agentd.pipeline.llm import deferral, limits, prompt, tool_discovery
 from agentd.pipeline.wire import llm_events
 from agentd.store import events, messages
+from agentd.store.models import NewEvent
+
+log = logs.get("agentd.turn")
+
+
+#: The deferral's status_reason and event reason while the model endpoint is unreachable.
+LLM_UNAVAILABLE = "llm_unavailable"
+
+
+async def _defer_unreachable(ctx: TurnContext, exc: LLMTransportError) -> None:
+    """The model endpoint could not be reached even after the in-turn re-sends
+    (llm_retries): the same policy as an MCP server that is down (tool_discovery) — the
+    turn is handed back with a growing delay (mcp_discovery_defer_delay doubling up to
+    mcp_discovery_defer_max), and a run of failures mcp_discovery_give_up_after long fails
+    the loop, naming the URL (in `exc`) and how long it was tried."""
+    settings = ctx.runtime.settings
+    error = redact.text(exc.message)
+    outage = await tool_discovery.outage_of(ctx, LLM_UNAVAILABLE, wire_too=True)
+    now = datetime.now(UTC)
+    run_at = tool_discovery.defer_until(settings, outage, now)
+    if run_at is None:
+        waited = (now - (outage.since or now)).total_seconds()
+        raise LLMTransportError(
+            f"{error} (still failing after {waited:.0f}s of retries; "
+            f"mcp_discovery_give_up_after={settings.mcp_discovery_give_up_after:g}s)",
+            connected=False,
+        ) from exc
+    note = NewEvent(
+        name="turn.deferred",
+        loop_id=ctx.loop.id,
+        reason=LLM_UNAVAILABLE,
+        log=f"{error}; next attempt at {run_at.isoformat()}",
+    )
+    if not await deferral.defer_turn(ctx, run_at, LLM_UNAVAILABLE, [note]):
+        raise FenceLost()  # paused, stopped or reaped meanwhile: nothing was written
+    log.warning(
+        "turn.deferred",
+        loop_id=str(ctx.loop.id),
+        reason=LLM_UNAVAILABLE,
+        deferrals=outage.deferrals + 1,
+        until=run_at.isoformat(),
+        error=error,
+    )
 
 
 class NetworkCalling:
@@ -83,6 +133,9 @@ class NetworkCalling:
                 return  # throttled: every worker waits out the Retry-After, this turn too
             ctx.events.extend(llm_events(getattr(exc, "exchanges", []), loop_id=ctx.loop.id))
             exc.exchanges = []  # type: ignore[attr-defined]  # recorded once, above
+            if isinstance(exc, LLMTransportError) and not exc.connected:
+                await _defer_unreachable(ctx, exc)
+                return  # deferred: the turn is queued again, due after a back-off
             raise
         finally:
             flusher = ctx.runtime.flusher

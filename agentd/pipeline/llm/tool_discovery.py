@@ -129,8 +129,12 @@ def defer_until(settings: Settings, outage: Outage, now: datetime) -> datetime |
     return min(now + timedelta(seconds=delay), deadline)
 
 
-async def outage_of(ctx: TurnContext) -> Outage:
-    """Read the current run of failures from the loop's events.
+async def outage_of(
+    ctx: TurnContext, reason: str = MCP_UNAVAILABLE, *, wire_too: bool = False
+) -> Outage:
+    """Read the current run of failures from the loop's events (deferrals with `reason`;
+    `wire_too`: wire logs, llm.request and mcp.*, neither start nor end a run, as for a
+    model endpoint that is down: the turn's discovery and failed attempts log them).
 
     No column records it (and adding one would take a migration): each deferral writes a
     `turn.deferred` event with reason mcp_unavailable, and any other event of the loop —
@@ -146,7 +150,9 @@ async def outage_of(ctx: TurnContext) -> Outage:
         while True:
             page = await events.list_(conn, loop_id=ctx.loop.id, after_id=after, limit=_EVENT_PAGE)
             for e in page:
-                if e.name == "turn.deferred" and e.reason == MCP_UNAVAILABLE:
+                if wire_too and (e.name == "llm.request" or e.name.startswith("mcp.")):
+                    continue
+                if e.name == "turn.deferred" and e.reason == reason:
                     since = since or e.created_at
                     deferrals += 1
                 else:
