@@ -27,7 +27,9 @@ def _scrub(_: object, __: str, event: MutableMapping[str, Any]) -> dict[str, Any
 
 
 def configure(fmt: str = "auto", level: str = "info") -> None:
-    """Configure structlog once per process."""
+    """Configure structlog once per process, and route the standard library's logging (and
+    `warnings`) through the same renderer: asyncpg, OpenTelemetry, uvicorn and asyncio
+    log there, and with `json` a traceback of theirs is one JSON line like ours."""
     if fmt == "auto":
         fmt = "console" if sys.stderr.isatty() else "json"
     renderer: Processor = (
@@ -48,8 +50,64 @@ def configure(fmt: str = "auto", level: str = "info") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
-    # uvicorn and asyncpg use stdlib logging; keep them at warning and on stderr.
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(message)s")
+    _route_stdlib(renderer)
+    if fmt == "json":  # an uncaught exception's traceback is one JSON line too
+        sys.excepthook = _log_uncaught
+    elif sys.excepthook is _log_uncaught:
+        sys.excepthook = sys.__excepthook__
+
+
+def _log_uncaught(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+    if issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, exc, tb)
+        return
+    logging.getLogger("agentd").critical("process.crashed", exc_info=(kind, exc, tb))
+
+
+class _StdlibHandler(logging.StreamHandler):
+    """The root logger's handler that configure() installs (replaced, never stacked). It
+    writes to whatever sys.stderr is when a record comes (a test may swap it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def _route_stdlib(renderer: Processor) -> None:
+    """Libraries' records (stdlib logging) rendered by structlog's ProcessorFormatter on the
+    root logger, kept at warning (their info is chatter); `warnings` go there too."""
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.stdlib.add_logger_name,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+        ],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            _scrub,
+            renderer,
+        ],
+    )
+    handler = _StdlibHandler()
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        if isinstance(old, _StdlibHandler) or (
+            # basicConfig's plain handler (an earlier configure, or a library's call)
+            type(old) is logging.StreamHandler and old.stream in (sys.stderr, sys.__stderr__)
+        ):
+            root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    logging.captureWarnings(True)
 
 
 def get(name: str) -> FilteringBoundLogger:

@@ -11,6 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentd import logs
 from agentd.agent import Agent, LoopView
 from agentd.errors import FenceLost
 from agentd.llm.types import LLMRequest, LLMResponse, Message, ToolSpec
@@ -109,6 +110,7 @@ class TurnContext:
                 },
             )
         self.finished = True
+        logs.get("agentd.loop").info("loop.completed", loop_id=str(self.loop.id), reason=reason)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from agentd import logs
 from agentd.db.pool import Connection, Pool, transaction
 from agentd.engine import approval_edits, dispatch, forks, inputs, loop_limits, loop_state
 from agentd.errors import (
@@ -47,6 +48,9 @@ if TYPE_CHECKING:
 DEFAULT_RESUME_FROM = frozenset(
     {LoopStatus.INIT, LoopStatus.PAUSED, LoopStatus.FAILED, LoopStatus.STOPPED}
 )
+
+#: `log` is a parameter name below (an event's log text).
+_log = logs.get("agentd.loop")
 
 
 class Lifecycle:
@@ -80,6 +84,7 @@ class Lifecycle:
         await events.insert_many(
             conn, [NewEvent(name=name, loop_id=loop.id, reason=reason, log=log)]
         )
+        _log.info(name, loop_id=str(loop.id), status=loop.status, reason=reason)
         await events.publish(
             conn,
             {"type": "status", "loop_id": str(loop.id), "status": loop.status, "reason": reason},
@@ -233,6 +238,8 @@ class Lifecycle:
             conn,
             [NewEvent(name="loop.started", loop_id=loop.id, reason=TransitionReason.STARTED)],
         )
+        # Start and end of every loop at info: "follow a loop by loop_id" (observability.md).
+        _log.info("loop.started", loop_id=str(loop.id), agent=agent)
         return loop
 
     async def append_message(self, loop_id: uuid.UUID, content: str) -> Loop:

@@ -32,6 +32,7 @@ from agentd.store import events, jobs, loops, messages
 from agentd.store.models import NewEvent
 
 log = logs.get("agentd.turn")
+loop_log = logs.get("agentd.loop")
 
 
 class ErrorHandling:
@@ -143,3 +144,4 @@ class ErrorHandling:
         ctx.events_flushed = True
         ctx.finished = True
         ctx.runtime.telemetry.turn_outcome(ctx, TurnOutcome(status))
+        loop_log.info(f"loop.{status}", loop_id=str(ctx.loop.id), reason=reason)

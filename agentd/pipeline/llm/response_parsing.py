@@ -18,6 +18,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from agentd import logs
 from agentd.db.pool import connection
 from agentd.engine import dispatch
 from agentd.engine.chaining import LeasedWork
@@ -29,6 +30,8 @@ from agentd.pipeline.llm import costs, tokens
 from agentd.states import TransitionReason, TurnOutcome
 from agentd.store import jobs, loops
 from agentd.store.models import NewEvent
+
+log = logs.get("agentd.loop")
 
 
 def _tool_call_cap(agent: Any, settings: Any) -> int:
@@ -127,6 +130,8 @@ class ResponseParsing:
         runtime.telemetry.turn_outcome(
             ctx, TurnOutcome.TOOL_CALLS if calls else TurnOutcome.COMPLETED
         )
+        if not calls:
+            log.info("loop.completed", loop_id=str(loop.id), steps=loop.step_count)
         if spent.cost is not None:
             runtime.telemetry.llm_cost(agent=loop.agent, model=spent.model, cost=spent.cost)
         if done.jobs_enqueued:

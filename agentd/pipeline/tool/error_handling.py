@@ -105,6 +105,9 @@ class ErrorHandling:
                     },
                 )
             ctx.runtime.telemetry.tool_call_outcome(ctx, ToolCallOutcome.FAILED)
+            logs.get("agentd.loop").info(
+                "loop.failed", loop_id=str(tc.loop_id), reason=TransitionReason.TOOL_FAILED
+            )
 
     async def _give_back(self, ctx: ToolContext) -> None:
         tc = ctx.tool_call

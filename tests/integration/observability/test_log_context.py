@@ -87,3 +87,46 @@ async def test_turn_and_tool_call_log_lines_carry_ids_and_trace_ids(
 
 async def _logged(captured: structlog.testing.LogCapture, event: str, n: int) -> bool:
     return sum(1 for e in captured.entries if e["event"] == event) >= n
+
+
+async def _status(pool: Pool, loop_id: uuid.UUID) -> str:
+    async with connection(pool) as conn:
+        loop = await loops.get(conn, loop_id=loop_id)
+    assert loop is not None
+    return loop.status
+
+
+async def test_every_loop_logs_its_start_and_end_at_info_with_its_loop_id(
+    pool: Pool,
+    database_url: str,
+    registry: AgentRegistry,
+    fake_llm: FakeLLM,
+    captured: structlog.testing.LogCapture,
+) -> None:
+    """docs/observability.md: follow a loop by loop_id. At `info` a healthy loop logged
+    nothing, so there was nothing to follow."""
+    fake_llm.add(Rule(match="finish", reply=Reply(content="done")))
+    fake_llm.add(Rule(match="break", reply=Reply(status=400, error_body={"error": "bad"})))
+    fake_llm.add(Rule(match="wait", reply=Reply(content="slow", delay_before_first_byte=30)))
+    async with running_engine(pool, database_url, registry) as engine:
+        state = {"llm": fake_llm.base_url}
+        ok = await engine.lifecycle.start(agent="calc", message="finish", state=state)
+        bad = await engine.lifecycle.start(agent="calc", message="break", state=state)
+        slow = await engine.lifecycle.start(agent="calc", message="wait", state=state)
+
+        async def settled() -> bool:
+            return (await _status(pool, ok.id), await _status(pool, bad.id)) == (
+                "completed",
+                "failed",
+            )
+
+        await eventually(settled)
+        await engine.lifecycle.stop(slow.id)
+    want = {ok.id: "loop.completed", bad.id: "loop.failed", slow.id: "loop.stopped"}
+    for loop_id, end in want.items():
+        mine = [
+            e["event"]
+            for e in captured.entries
+            if e.get("loop_id") == str(loop_id) and e["log_level"] == "info"
+        ]
+        assert "loop.started" in mine and end in mine, (end, mine)
