@@ -269,7 +269,12 @@ async def _up(settings: Settings, args: argparse.Namespace) -> int:
 
     stop = _stop_on_signals()
     registry = _registry(settings)
-    server = HttpServer(settings.host, settings.port, limits=HeadLimits.from_settings(settings))
+    server = HttpServer(
+        settings.host,
+        settings.port,
+        limits=HeadLimits.from_settings(settings),
+        untraced=settings.trace_excluded_paths,
+    )
     try:
         async with open_database(settings, migrate_first=True, stop=stop) as (pool, url):
             token = _token(settings)
@@ -304,6 +309,7 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
             settings.metrics_port,
             setting="AGENTD_METRICS_PORT",
             limits=HeadLimits.from_settings(settings),
+            untraced=settings.trace_excluded_paths,
         )
         if settings.metrics_port
         else None
@@ -347,7 +353,12 @@ async def _api(settings: Settings, args: argparse.Namespace) -> int:
 
     stop = _stop_on_signals()
     registry = _registry(settings)
-    server = HttpServer(settings.host, settings.port, limits=HeadLimits.from_settings(settings))
+    server = HttpServer(
+        settings.host,
+        settings.port,
+        limits=HeadLimits.from_settings(settings),
+        untraced=settings.trace_excluded_paths,
+    )
     try:
         async with open_database(settings, migrate_first=False, stop=stop) as (pool, url):
             await _require_current(pool)

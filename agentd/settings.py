@@ -168,6 +168,13 @@ class Settings(BaseSettings):
         description="`agentd worker`: serve /metrics, /healthz and /readyz on this port "
         "(on `host`). 0: off.",
     )
+    trace_excluded_paths: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["/healthz", "/readyz", "/metrics"],
+        description="Request paths (exact, comma-separated) that make no HTTP server spans, "
+        "whatever instruments the app (opentelemetry-instrument's FastAPI/ASGI "
+        "instrumentation included): probes and scrapes would be most of a trace backend's "
+        "spans. Empty: trace every request.",
+    )
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body.")
     max_header_bytes: int = Field(
         32_768,
@@ -414,6 +421,21 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown queue(s) {unknown}; known: {list(QUEUES)}")
         if not v:
             raise ValueError("at least one queue is required")
+        return v
+
+    @field_validator("trace_excluded_paths", mode="before")
+    @classmethod
+    def _split_paths(cls, v: object) -> object:
+        if isinstance(v, str):
+            return [p.strip() for p in v.split(",") if p.strip()]
+        return v
+
+    @field_validator("trace_excluded_paths")
+    @classmethod
+    def _absolute_paths(cls, v: list[str]) -> list[str]:
+        bad = [p for p in v if not p.startswith("/")]
+        if bad:
+            raise ValueError(f"paths must start with /: {bad}")
         return v
 
     @field_validator("llm_retry_statuses", mode="before")

@@ -12,13 +12,17 @@ import asyncio
 import contextlib
 import errno
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.types import ASGIApp
 
+from agentd.api import untraced as untraced_paths
 from agentd.errors import AddressInUse, AgentdError
+
+#: Settings.trace_excluded_paths's default, for servers started without settings.
+DEFAULT_UNTRACED = ("/healthz", "/readyz", "/metrics")
 
 
 @dataclass(frozen=True)
@@ -64,11 +68,13 @@ class HttpServer:
         *,
         setting: str = "AGENTD_PORT or --port",
         limits: HeadLimits | None = None,
+        untraced: Sequence[str] = DEFAULT_UNTRACED,
     ) -> None:
         self.socket = bind(host, port, setting=setting)
         self.host = host
         self.port = int(self.socket.getsockname()[1])
         self.limits = limits or HeadLimits()
+        self.untraced = list(untraced)  # settings.trace_excluded_paths
 
     async def serve(self, app: ASGIApp, stop: asyncio.Event) -> None:
         import uvicorn
@@ -81,7 +87,7 @@ class HttpServer:
                 yield
 
         config = uvicorn.Config(
-            app,
+            untraced_paths.wrap(app, self.untraced),
             host=self.host,
             port=self.port,
             log_config=None,

@@ -177,7 +177,12 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             stacks=Stacks(),  # a maintenance-only engine runs none, but every engine gets them
             queues=["maintenance"],
         )
-        server = HttpServer(settings.host, settings.port, limits=HeadLimits.from_settings(settings))
+        server = HttpServer(
+            settings.host,
+            settings.port,
+            limits=HeadLimits.from_settings(settings),
+            untraced=settings.trace_excluded_paths,
+        )
         stack.callback(server.close)
         app = process_app(settings, pool, url, registry, engine, token)
         tasks = [

@@ -122,7 +122,15 @@ def _annotate_turn(
         if resp.ttft is not None:
             span.set_attribute("agentd.ttft_seconds", resp.ttft)
     if outcome in (TurnOutcome.FAILED, TurnOutcome.PAUSED, TurnOutcome.DB_UNAVAILABLE):
-        tracing.fail(span, type(exc).__name__ if exc else outcome)
+        tracing.fail(span, _error_type(ctx.metadata, exc, outcome))
+
+
+def _error_type(metadata: dict[str, Any], exc: BaseException | None, outcome: str) -> str:
+    """A failed span's `error.type`: the exception's class, whether it escaped or an error
+    handler caught it and said so (`metadata["error_type"]`), else the outcome."""
+    if exc is not None:
+        return type(exc).__name__
+    return str(metadata.get("error_type") or outcome)
 
 
 @contextlib.contextmanager
@@ -177,6 +185,6 @@ def tool_call(
                         ToolCallOutcome.FAILED,
                         ToolCallOutcome.DB_UNAVAILABLE,
                     ):
-                        tracing.fail(span, type(exc).__name__ if exc else outcome)
+                        tracing.fail(span, _error_type(ctx.metadata, exc, outcome))
             finally:
                 structlog.contextvars.reset_contextvars(**tokens)

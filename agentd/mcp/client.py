@@ -84,12 +84,21 @@ class McpClient:
             "capabilities": {},
             "clientInfo": eras.CLIENT_INFO,
         }
-        result, delivery = await self._request("initialize", params, None, context, exchanges)
-        real = delivery.session_id
-        await self._deliver(
-            jsonrpc.notification("notifications/initialized"), real, context, exchanges
+        # Made up front so the handshake's spans carry the id a stateless server's session
+        # will have (mcp.session.id on every MCP span); a server's own id replaces it.
+        synthetic = f"{STATELESS_PREFIX}{uuid.uuid4().hex}"
+        result, delivery = await self._request(
+            "initialize", params, None, context, exchanges, span_session=synthetic
         )
-        session_id = real or f"{STATELESS_PREFIX}{uuid.uuid4().hex}"
+        real = delivery.session_id
+        session_id = real or synthetic
+        await self._deliver(
+            jsonrpc.notification("notifications/initialized"),
+            real,
+            context,
+            exchanges,
+            span_session=session_id,
+        )
         capabilities = result.get("capabilities") or {}
         metadata: dict[str, Any] = {
             "capabilities": capabilities,
@@ -344,9 +353,15 @@ class McpClient:
         session_id: str | None,
         context: CallContext | None,
         exchanges: list[Exchange],
+        *,
+        span_session: str | None = None,
     ) -> tuple[dict[str, Any], DeliveryResult]:
         delivery = await self._deliver(
-            jsonrpc.request(method, params), session_id, context, exchanges
+            jsonrpc.request(method, params),
+            session_id,
+            context,
+            exchanges,
+            span_session=span_session,
         )
         body = delivery.body
         if (err := jsonrpc.error_of(body)) is not None:
@@ -367,12 +382,17 @@ class McpClient:
         session_id: str | None,
         context: CallContext | None,
         exchanges: list[Exchange],
+        *,
+        span_session: str | None = None,
     ) -> DeliveryResult:
         wire_session = None if is_synthetic(session_id) else session_id
         method = str(payload.get("method"))
         started = time.monotonic()
         try:
-            with tracing.span(**_span_of(self, payload, wire_session)) as span:
+            # mcp.session.id: the session as agentd knows it, agentd's own id for a server
+            # without sessions (stdio, in-process, stateless HTTP) included.
+            shown = session_id or span_session
+            with tracing.span(**_span_of(self, payload, shown)) as span:
                 try:
                     delivery = await self.transport.deliver(
                         payload, session_id=wire_session, context=context
@@ -380,6 +400,8 @@ class McpClient:
                 except Exception as exc:
                     tracing.fail(span, type(exc).__name__)
                     raise
+                if delivery.session_id and delivery.session_id != shown:  # initialize
+                    span.set_attribute("mcp.session.id", delivery.session_id)
                 if (err := jsonrpc.error_of(delivery.body)) is not None:
                     tracing.fail(span, str(err.get("code")), jsonrpc.describe_error(err))
         except Exception as exc:

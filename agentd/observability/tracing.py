@@ -17,10 +17,11 @@ from typing import Any
 from agentd import __about__, logs
 
 try:
+    from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
     from opentelemetry.trace import SpanKind, StatusCode
 except ImportError:  # the extra is not installed
-    propagate = trace = None  # type: ignore[assignment]
+    propagate = trace = otel_context = None  # type: ignore[assignment]
 
 ENABLED = trace is not None
 TRACE_KEYS = ("traceparent", "tracestate")  # W3C trace context, as stored and sent
@@ -125,6 +126,26 @@ def fail(s: Any, error_type: str, description: str | None = None) -> None:
         return
     s.set_attribute("error.type", error_type)
     s.set_status(StatusCode.ERROR, description)
+
+
+#: The context key HTTP instrumentations check (opentelemetry-api's; the instrumentation
+#: package's `suppress_http_instrumentation()` sets it): set, they make no span.
+_SUPPRESS_HTTP = "suppress_http_instrumentation"
+
+
+@contextlib.contextmanager
+def http_untraced() -> Iterator[None]:
+    """Inside, HTTP server and client instrumentations (FastAPI/ASGI, httpx) make no spans;
+    agentd's own spans are unaffected."""
+    if otel_context is None:
+        yield
+        return
+    key = getattr(otel_context, "_SUPPRESS_HTTP_INSTRUMENTATION_KEY", _SUPPRESS_HTTP)
+    token = otel_context.attach(otel_context.set_value(key, True))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def inject(headers: dict[str, str]) -> None:

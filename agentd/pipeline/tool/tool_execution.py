@@ -39,6 +39,10 @@ from agentd.pipeline.wire import mcp_events
 from agentd.states import InputStatus, ToolCallOutcome, ToolCallStatus
 from agentd.store import mcp, tool_calls
 
+#: ctx.metadata key: the class of a failed call's error, for its span's `error.type`.
+ERROR_TYPE = "error_type"
+TOOL_ERROR = "tool_error"
+
 
 class ToolExecution:
     def __init__(self, app: Handler[ToolContext]) -> None:
@@ -48,6 +52,8 @@ class ToolExecution:
         tc = ctx.tool_call
         if tc.executed_at is not None:
             ctx.metadata["replayed"] = True
+            if not tc.is_success:
+                ctx.metadata.setdefault(ERROR_TYPE, TOOL_ERROR)
             ctx.runtime.telemetry.tool_call_outcome(
                 ctx, ToolCallOutcome.COMPLETED if tc.is_success else ToolCallOutcome.ERROR
             )
@@ -59,7 +65,9 @@ class ToolExecution:
         new_session: str | None = None
         if ctx.skip is not None:
             result, ok = ctx.skip
+            ctx.metadata[ERROR_TYPE] = "skipped"
         elif tc.arguments is None:
+            ctx.metadata[ERROR_TYPE] = "ToolArgumentsInvalid"
             result, ok = (
                 (
                     f"Invalid arguments for {tc.name}: expected a JSON object, got "
@@ -68,6 +76,7 @@ class ToolExecution:
                 False,
             )
         elif ctx.tool is None:
+            ctx.metadata[ERROR_TYPE] = "UnknownTool"
             result, ok = (f"Unknown tool {tc.name!r}: no such tool is available to you."), False
         else:
             invoked = await self._invoke(ctx)
@@ -78,6 +87,11 @@ class ToolExecution:
         result, structured = cap_result(result, limit), cap_structured(structured, limit)
         if not ok:
             error = result
+            # The span's error.type (engine.scopes): what failed, set by the path that knew;
+            # an isError result of the tool itself is `tool_error` (MCP conventions).
+            ctx.metadata.setdefault(ERROR_TYPE, TOOL_ERROR)
+        else:
+            ctx.metadata.pop(ERROR_TYPE, None)
         duration = time.monotonic() - started
         if new_session is None and type(self.app) is ResponseCreation:
             # Nothing runs between here and the (stock) response: record the result in the same
@@ -133,6 +147,7 @@ class ToolExecution:
         configs = {c.name: c for c in await agent_mcp_configs(agent)}
         config = configs.get(tool.mcp_name)
         if config is None:
+            ctx.metadata[ERROR_TYPE] = "UnknownTool"
             return (
                 (
                     f"Tool {tc.name} is no longer available (MCP server {tool.mcp_name!r} "
@@ -173,8 +188,10 @@ class ToolExecution:
                 if outcome.input_required is not None or outcome.task is not None:
                     return await self._wait(ctx, client, context, outcome)
         except TimeoutError:
+            ctx.metadata[ERROR_TYPE] = "ToolTimeout"
             return f"Tool {tc.name} timed out after {limit:g}s.", False, None, None
         except (McpError, ToolError) as exc:
+            ctx.metadata[ERROR_TYPE] = type(exc).__name__
             ctx.events.extend(
                 mcp_events(
                     getattr(exc, "exchanges", []) or [], loop_id=tc.loop_id, tool_call_id=tc.id

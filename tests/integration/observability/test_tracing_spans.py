@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 
 from agentd.db.pool import Pool, connection
+from agentd.mcp.toolset import Toolset
 from agentd.observability import tracing
 from agentd.registry import AgentRegistry
 from agentd.store import loops, tool_calls
-from agentd.testing.agents import CalcAgent
+from agentd.testing.agents import CalcAgent, calc
 from agentd.testing.engine import eventually, running_engine
 from agentd.testing.fake_llm import FakeLLM, Reply, Rule, ToolCall
 from agentd.testing.fake_mcp import FakeMcpServer
@@ -180,3 +181,118 @@ def _named(spans: Any, name: str) -> list[Any]:
 
 async def _finished(spans: Any, name: str, n: int) -> bool:
     return len(_named(spans, name)) >= n
+
+
+boom = Toolset("boom")
+
+
+@boom.tool(description="Always fails")
+async def explode(reason: str) -> str:
+    raise ValueError(f"exploded: {reason}")
+
+
+class BoomAgent(CalcAgent):
+    mcps = [{"name": "calc", "toolset": calc}, {"name": "boom", "toolset": boom}]
+
+
+def _mcp_spans(spans: Any) -> list[Any]:
+    return [s for s in spans.get_finished_spans() if "mcp.method.name" in (s.attributes or {})]
+
+
+async def test_every_mcp_span_names_its_session_and_errors_name_their_type(
+    pool: Pool, database_url: str, registry: AgentRegistry, fake_llm: FakeLLM, spans: Any
+) -> None:
+    """Caught: `mcp.session.id` was on no MCP span (in-process and stateless servers have
+    no wire session, and initialize has none yet), and a failed tool call's span said
+    `error.type="error"`."""
+    registry.register("boom", BoomAgent)
+    fake_llm.add(Rule(match="doomed", reply=Reply(status=400, error_body={"error": "no"})))
+    script(fake_llm, ToolCall("explode", {"reason": "test"}))
+    async with FakeMcpServer() as server, running_engine(pool, database_url, registry) as engine:
+        registry.register("remote", RemoteAgent)
+        loop = await engine.lifecycle.start(
+            agent="boom", message="explode", state={"llm": fake_llm.base_url}
+        )
+        remote = await engine.lifecycle.start(
+            agent="remote", message="explode", state={"llm": fake_llm.base_url, "mcp": server.url}
+        )
+        doomed = await engine.lifecycle.start(
+            agent="calc", message="doomed", state={"llm": fake_llm.base_url}
+        )
+        await eventually(lambda: _completed(pool, loop.id))
+        await eventually(lambda: _completed(pool, remote.id))
+
+        async def failed() -> bool:
+            async with connection(pool) as conn:
+                row = await loops.get(conn, loop_id=doomed.id)
+            return row is not None and row.status == "failed"
+
+        await eventually(failed)
+        await eventually(lambda: _finished(spans, "chat fake-model", 5))
+
+    mcp_spans = _mcp_spans(spans)
+    methods = {s.attributes["mcp.method.name"] for s in mcp_spans}
+    assert {"initialize", "tools/list", "tools/call"} <= methods
+    missing = [s.name for s in mcp_spans if not s.attributes.get("mcp.session.id")]
+    assert missing == []
+    by_server = {s.attributes["agentd.mcp.server"] for s in mcp_spans}
+    assert {"calc", "boom", "remote"} <= by_server
+    # A tool whose call failed: the span says what failed, never the bare outcome.
+    failing = {
+        s.attributes["agentd.loop_id"]: s.attributes.get("error.type")
+        for s in _named(spans, "execute_tool explode")
+    }
+    # boom's own tool raised (an isError result); the remote server has no such tool.
+    assert failing == {str(loop.id): "tool_error", str(remote.id): "UnknownTool"}
+    assert all(s.status.status_code.name == "ERROR" for s in _named(spans, "execute_tool explode"))
+    # A turn that failed: the exception's class, though ErrorHandling caught it.
+    failed_turns = [
+        s
+        for s in _named(spans, "chat fake-model")
+        if s.attributes.get("agentd.loop_id") == str(doomed.id)
+    ]
+    assert [s.attributes["error.type"] for s in failed_turns] == ["LLMStatusError"]
+    assert not any(
+        (s.attributes or {}).get("error.type") in ("error", "failed")
+        for s in spans.get_finished_spans()
+    )
+
+
+async def test_probes_and_scrapes_make_no_server_spans_under_the_fastapi_instrumentation(
+    pool: Pool, database_url: str, registry: AgentRegistry, spans: Any
+) -> None:
+    """Caught: 2,016 of 2,237 spans were FastAPI's own, every probe and scrape among them."""
+    fastapi_otel = pytest.importorskip("opentelemetry.instrumentation.fastapi")
+    import httpx
+
+    from agentd.api import untraced
+    from agentd.api.state import AppState
+    from agentd.app import create_app
+
+    async with running_engine(pool, database_url, registry) as engine:
+        state = AppState.create(
+            settings=engine.settings,
+            pool=pool,
+            registry=registry,
+            database_url=database_url,
+            api_token="trace-token",
+            engine=engine,
+        )
+        app = create_app(state)
+        fastapi_otel.FastAPIInstrumentor.instrument_app(app)
+        try:
+            served = untraced.wrap(app, engine.settings.trace_excluded_paths)
+            transport = httpx.ASGITransport(app=served)
+            headers = {"Authorization": "Bearer trace-token"}
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://t", headers=headers
+            ) as c:
+                for path in ("/healthz", "/readyz", "/metrics", "/healthz/", "/v1/agents"):
+                    assert (await c.get(path)).status_code in (200, 307, 404), path
+        finally:
+            fastapi_otel.FastAPIInstrumentor.uninstrument_app(app)
+    server = [s for s in spans.get_finished_spans() if s.kind.name == "SERVER"]
+    names = sorted(s.name for s in server)
+    assert any("/v1/agents" in n for n in names), names  # other requests are still traced
+    assert not [n for n in names if any(p in n for p in ("healthz", "readyz", "metrics"))]
+    assert engine.settings.trace_excluded_paths == ["/healthz", "/readyz", "/metrics"]
