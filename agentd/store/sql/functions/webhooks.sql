@@ -33,9 +33,12 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM webhook_endpoints WHERE enabled) THEN
         RETURN NULL;  -- no webhooks configured: one probe of a small table, nothing built
     END IF;
+    -- `status_reason`, the loop resource's name; `reason` (the same value) stays for
+    -- receivers written before the name was aligned.
     v_data := jsonb_build_object(
         'loop_id', NEW.id, 'agent', NEW.agent, 'status', NEW.status,
-        'reason', NEW.status_reason, 'error_message', NEW.error_message,
+        'status_reason', NEW.status_reason, 'reason', NEW.status_reason,
+        'error_message', NEW.error_message,
         'subject', NEW.subject, 'title', NEW.title, 'step_count', NEW.step_count);
     PERFORM agentd_webhook_enqueue('loop.' || NEW.status, NEW.id, v_data);
     IF NEW.status = 'paused' AND NEW.status_reason LIKE '%budget_exceeded' THEN
