@@ -69,9 +69,9 @@ def configured(settings: Any, registry: Any = None) -> list[str]:
     ]
     for hook in settings.webhooks or ():
         values += [os.environ.get(hook.secret_env), url_password(hook.url)]
-        secret = os.environ.get(hook.secret_env) or ""
-        if secret.startswith("whsec_"):
-            values.append(secret.removeprefix("whsec_"))
+        # Several secrets, space-separated, while one is rotated: each is a secret.
+        for secret in (os.environ.get(hook.secret_env) or "").split():
+            values += [secret, secret.removeprefix("whsec_")]
     for name in registry.names() if registry is not None else ():
         cls = registry.get(name) if registry is not None else None
         token = getattr(cls, "api_token", None)

@@ -77,3 +77,14 @@ def test_during_a_rotation_each_secret_verifies_with_the_official_library(
         assert standardwebhooks.Webhook(secret).verify(body, headers) == {"type": "loop.failed"}
     with pytest.raises(standardwebhooks.WebhookVerificationError):
         standardwebhooks.Webhook(_secret(40)).verify(body, headers)
+
+
+def test_each_secret_of_a_rotation_is_a_known_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentd import known_secrets
+    from agentd.settings import Settings
+
+    new, old = _secret(32), _secret(24)
+    monkeypatch.setenv("HOOK_SECRET", f"{new} {old}")
+    found = known_secrets.configured(Settings(webhooks=[_config()]))
+    for secret in (new, old):
+        assert secret in found and secret.removeprefix("whsec_") in found
