@@ -54,6 +54,7 @@ TYPE_TITLES = {
     "invalid-last-event-id": "Last-Event-ID is not an event id this stream sent.",
     "invalid-window": "The time window is invalid.",
     "idempotency-key-reused": "The Idempotency-Key was used with a different request.",
+    "too-many-streams": "This token holds as many open streams as it may.",
 }
 
 
