@@ -348,6 +348,9 @@ async def _api(settings: Settings, args: argparse.Namespace) -> int:
     try:
         async with open_database(settings, migrate_first=False, stop=stop) as (pool, url):
             await _require_current(pool)
+            from agentd.engine import versions
+
+            await versions.record(pool, registry)  # the versions its starts record
             token = _token(settings)
             app = process_app(settings, pool, url, registry, None, token)
             heap.settle()

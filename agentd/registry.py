@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import importlib
 import os
+from dataclasses import dataclass
 from decimal import Decimal
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from agentd import logs, redact
+from agentd import logs, redact, versions
 from agentd.agent import Agent, LoopView
 from agentd.errors import ConfigError, UnknownAgent
 from agentd.settings import PriceConfig
@@ -104,6 +105,7 @@ class AgentConfig(BaseModel):
     concurrency_key: str | None = Field(None, min_length=1)
     concurrency_limit: int | None = Field(None, ge=1)
     mcps: list[McpEntryConfig] = Field(default_factory=list)
+    version_policy: Literal["pin", "latest"] = "pin"
 
 
 def _import_class(name: str, path: str) -> type[Agent]:
@@ -129,7 +131,9 @@ def agent_from_config(name: str, raw: dict[str, Any]) -> type[Agent]:
         unknown = sorted(set(overrides) - set(AgentConfig.model_fields) - {"mcps"})
         if unknown:
             raise ConfigError(f"[agents.{name}]: unknown key(s) {unknown}")
-        return type(base.__name__, (base,), overrides)
+        if overrides.get("version_policy", "pin") not in versions.POLICIES:
+            raise ConfigError(f"[agents.{name}] version_policy must be 'pin' or 'latest'")
+        return type(base.__name__, (base,), {**overrides, "__module__": base.__module__})
     try:
         cfg = AgentConfig.model_validate(raw)
     except ValidationError as exc:
@@ -174,6 +178,9 @@ def agent_from_config(name: str, raw: dict[str, Any]) -> type[Agent]:
         compaction_threshold = cfg.compaction_threshold
         compaction_keep_tail = cfg.compaction_keep_tail
         compaction_prompt = cfg.compaction_prompt or Agent.compaction_prompt
+        version_policy = cfg.version_policy
+        _mcp_entries = entries  # what its version records (agentd/versions.py)
+        _configured_as = True
 
         def mcp_servers(self) -> list[Any]:
             # Token env vars are read per call (a changed value rebuilds the config); the
@@ -184,12 +191,23 @@ def agent_from_config(name: str, raw: dict[str, Any]) -> type[Agent]:
     return ConfiguredAgent
 
 
+@dataclass(frozen=True)
+class AgentVersion:
+    """One agent definition as this process loaded it (agentd/versions.py)."""
+
+    id: str
+    agent: str
+    fingerprint: str
+    definition: dict[str, Any]
+
+
 class AgentRegistry:
     """Name → Agent subclass."""
 
     def __init__(self) -> None:
         self._agents: dict[str, type[Agent]] = {}
         self._sources: dict[str, str] = {}
+        self._versions: dict[str, AgentVersion] | None = None
 
     def register(self, name: str, cls: type[Agent], *, source: str = "code") -> None:
         if not isinstance(cls, type) or not issubclass(cls, Agent):
@@ -201,6 +219,7 @@ class AgentRegistry:
         named = type(cls.__name__, (cls,), {"name": name, "__module__": cls.__module__})
         self._agents[name] = named
         self._sources[name] = source
+        self._versions = None
 
     def load_entry_points(self) -> None:
         for ep in entry_points(group=ENTRY_POINT_GROUP):
@@ -252,6 +271,25 @@ class AgentRegistry:
 
     def instantiate(self, name: str, loop: LoopView) -> Agent:
         return self.get(name)(loop)
+
+    def versions(self) -> dict[str, AgentVersion]:
+        """Each agent's version as loaded here, by agent name (computed once)."""
+        if self._versions is None:
+            out = {}
+            for name in self.names():
+                defn = versions.definition(name, self._agents[name])
+                fp = versions.fingerprint(name, defn)
+                out[name] = AgentVersion(versions.version_id(fp), name, fp, defn)
+            self._versions = out
+        return self._versions
+
+    def version_of(self, name: str) -> str | None:
+        v = self.versions().get(name)
+        return v.id if v is not None else None
+
+    def version_ids(self) -> list[str]:
+        """The versions this process can run (what its claims ask for)."""
+        return sorted(v.id for v in self.versions().values())
 
     def describe(self) -> list[dict[str, Any]]:
         out = []

@@ -1,12 +1,14 @@
 -- name: worker_register :exec
 -- Worker start, on the heartbeat connection (records its backend for the liveness check).
--- $1 id uuid · $2 hostname text · $3 pid int · $4 queues text[] · $5 version text
-INSERT INTO workers (id, hostname, pid, queues, backend_pid, backend_start, version)
-SELECT $1, $2, $3, $4, pg_backend_pid(), a.backend_start, $5
+-- agent_versions: the agent versions this process can run (its claims ask for them).
+-- $1 id uuid · $2 hostname text · $3 pid int · $4 queues text[] · $5 version text · $6 agent_versions text[]
+INSERT INTO workers (id, hostname, pid, queues, backend_pid, backend_start, version,
+                     agent_versions)
+SELECT $1, $2, $3, $4, pg_backend_pid(), a.backend_start, $5, $6
 FROM pg_stat_activity a WHERE a.pid = pg_backend_pid()
 ON CONFLICT (id) DO UPDATE
 SET backend_pid = EXCLUDED.backend_pid, backend_start = EXCLUDED.backend_start,
-    heartbeat_at = now(), stopping = false;
+    heartbeat_at = now(), stopping = false, agent_versions = EXCLUDED.agent_versions;
 
 -- name: worker_heartbeat :val
 -- LeaseRenewer each tick; false when the row was removed (we were declared dead).
