@@ -77,3 +77,10 @@ async def webhook(
     conn: Connection, *, type_: str, loop_id: UUID | None, data: dict[str, Any]
 ) -> None:
     await conn.execute(sql("agent_version_webhook"), type_, loop_id, data)
+
+
+async def loops_to_upgrade(
+    conn: Connection, *, agent: str, from_version: str | None, to_version: str, limit: int
+) -> list[UUID]:
+    rows = await conn.fetch(sql("loop_list_for_upgrade"), agent, from_version, to_version, limit)
+    return [r["id"] for r in rows]

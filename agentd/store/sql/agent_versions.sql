@@ -136,3 +136,13 @@ GROUP BY 1, 2;
 -- 0013 function: one delivery per subscribed endpoint, nothing when none is).
 -- $1 type text · $2 loop_id uuid|null · $3 data jsonb
 SELECT agentd_webhook_enqueue($1, $2, $3);
+
+-- name: loop_list_for_upgrade :many
+-- POST /v1/agents/{name}/upgrade: the agent's loops not yet on (or moving to) the target,
+-- optionally only those on one version; a page at a time (the caller repeats).
+-- $1 agent text · $2 from_version text|null · $3 to_version text · $4 limit int
+SELECT id FROM loops
+WHERE agent = $1 AND ($2::text IS NULL OR agent_version = $2)
+  AND coalesce(upgrade_to, agent_version, '') <> $3
+ORDER BY id
+LIMIT $4;
