@@ -3,7 +3,8 @@ between two of them.
 
 An agent version is the sha256 of its definition: the prompt, dialect, model and base URL
 (never a secret: a token's *variable name* only), its MCP servers with their prefixes,
-whitelists and session modes, approval rules, limits, its own middleware edits, its
+whitelists and session modes, approval rules, limits, its own middleware edits (the
+`configure_*_middlewares` hooks, by name and code digest: the default stack is agentd's), its
 version policy and, for an agent from a plugin package, that package's version. Each loop
 records the version it runs (migrations/0025); a worker claims only loops of the versions
 it has (docs/upgrading.md, "Changing an agent under running loops").
@@ -151,26 +152,40 @@ def _mcps(cls: type) -> dict[str, Any]:
     return out
 
 
+def _code_digest(code: Any) -> str:
+    """A digest of a function's code that is the same in every process (no addresses):
+    its bytecode, the names it uses and its constants, nested functions included."""
+    h = hashlib.sha256()
+
+    def feed(c: Any) -> None:
+        h.update(c.co_code)
+        h.update(repr(c.co_names).encode())
+        for const in c.co_consts:
+            if inspect.iscode(const):
+                feed(const)
+            else:
+                h.update(repr(const).encode())
+
+    feed(code)
+    return h.hexdigest()[:16]
+
+
 def _middlewares(cls: type) -> dict[str, Any]:
-    """The agent's own stack edits: "default", or the stack it builds (class names)."""
+    """The agent's own stack edits: "default", or the hook that edits it (its name and a
+    digest of its code, so editing the hook is a new version)."""
     from agentd.agent import Agent
 
     out: dict[str, Any] = {}
     for kind in ("llm", "tool"):
         hook = f"configure_{kind}_middlewares"
-        if getattr(cls, hook).__func__ is getattr(Agent, hook).__func__:
+        fn = getattr(cls, hook).__func__
+        if fn is getattr(Agent, hook).__func__:
             out[kind] = "default"
-            continue
-        try:
-            from agentd.pipeline import stacks
-
-            builder = (
-                stacks.default_llm_builder() if kind == "llm" else stacks.default_tool_builder()
-            )
-            getattr(cls, hook)(builder)
-            out[kind] = [f"{c.__module__}.{c.__qualname__}" for c in builder.classes]
-        except Exception as exc:  # recorded, not raised: the worker reports it when it runs
-            out[kind] = f"<{type(exc).__name__}>"
+        else:
+            out[kind] = {
+                "hook": f"{fn.__module__}.{fn.__qualname__}",
+                "code": _code_digest(fn.__code__),
+            }
     return out
 
 

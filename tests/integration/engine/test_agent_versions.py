@@ -145,6 +145,7 @@ async def test_a_loop_no_live_worker_can_run_waits_and_resumes_when_one_starts(
     life = Lifecycle(pool, r1, fast_settings())
     loop = await life.start(agent="calc", message="hi", state={"llm": fake_llm.base_url})
     async with running_engine(pool, database_url, r2) as engine:
+
         async def marked() -> Loop | None:
             await engine.reaper.sweep_once()  # its own sweep may hold the row: poll
             row = await loop_row(pool, loop.id)
@@ -282,3 +283,32 @@ async def test_upgraded_loop_relists_its_tools_under_the_new_names(
     assert after == ["c__add", "c__refund"]
     tools = [t["function"]["name"] for t in (fake_llm.requests[-1].json or {}).get("tools", [])]  # type: ignore[union-attr]
     assert sorted(tools) == ["c__add", "c__refund"]
+
+
+class LatestCalc(CalcAgent):
+    version_policy = "latest"
+
+
+class LatestCalcV2(LatestCalc):
+    system_prompt = "You add numbers, latest."
+
+
+async def test_a_latest_agent_moves_to_a_new_version_at_its_next_turn(
+    pool: Pool, database_url: str, fake_llm: FakeLLM
+) -> None:
+    r1, r2 = reg(LatestCalc), reg(LatestCalcV2)
+    v2 = r2.version_of("calc")
+    fake_llm.reply(content="done")
+    async with running_engine(pool, database_url, r1) as e1:
+        loop = await e1.lifecycle.start(
+            agent="calc", message="hi", state={"llm": fake_llm.base_url}
+        )
+        await eventually(lambda: _status(pool, loop.id, "completed"))
+    assert await versions.record(pool, r2) == [v2]  # new: the latest loops move to it
+    row = await loop_row(pool, loop.id)
+    assert row.upgrade_to == v2 and row.upgrade_by == "version_policy:latest"
+    async with running_engine(pool, database_url, r2) as e2:
+        await e2.lifecycle.append_message(loop.id, "again")
+        await eventually(lambda: _status(pool, loop.id, "completed"))
+    assert (await loop_row(pool, loop.id)).agent_version == v2
+    assert system_prompts(fake_llm)[-1] == "You add numbers, latest."
