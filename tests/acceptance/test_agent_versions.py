@@ -10,6 +10,8 @@ started before it run `shop__add` with no approval.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ from agentd.testing.fake_llm import FakeLLM, Reply, Rule, ToolCall
 from agentd.testing.fake_mcp import FakeMcpServer
 from agentd.testing.up import free_port
 
-from ._procs import Fleet, fleet, poll
+from ._procs import AGENTD, Fleet, fleet, poll
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -57,6 +59,20 @@ def script(fake: FakeLLM) -> None:
 
 async def worker(f: Fleet, pool: Pool, name: str, config: Path) -> Any:
     return await f.worker(name, pool, AGENTD_CONFIG=str(config))
+
+
+async def cli(f: Fleet, *args: str) -> tuple[int, str]:
+    """`agentd ARGS` against the API (its token in AGENTD_API_TOKEN): (exit code, output)."""
+    proc = await asyncio.create_subprocess_exec(
+        AGENTD,
+        *args,
+        env={**f.env, "AGENTD_API_TOKEN": TOKEN},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=30)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode() + err.decode()
 
 
 async def loop(http: httpx.AsyncClient, loop_id: str) -> dict[str, Any]:
@@ -165,6 +181,11 @@ async def test_changing_an_agent_under_running_loops(
                 r = await http.post(f"/v1/loops/{lid}/upgrade", json={})
                 assert r.status_code == 409, r.text
                 assert r.json()["type"].endswith("/upgrade-would-orphan")
+                # The same through the CLI: the dry run's JSON, and exit 1 on the refusal.
+                code, out = await cli(f, "upgrade", lid, "--dry-run", "--url", str(http.base_url))
+                assert code == 0 and json.loads(out)["orphaned_calls"] == ["shop__add"], out
+                code, out = await cli(f, "upgrade", lid, "--url", str(http.base_url))
+                assert code == 1 and "upgrade-would-orphan" in out, out
 
                 # 6. Approved, the call runs on version 1 and the turn ends; the upgrade is
                 # then accepted and waits for the next turn boundary.
