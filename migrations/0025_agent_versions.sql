@@ -1,9 +1,11 @@
 -- Agent versions (docs/upgrading.md, "Changing an agent under running loops"): every
 -- process records the fingerprint of each agent definition it loaded; each loop records
 -- the version it runs (and an upgrade asked for, applied at its next turn boundary); each
--- worker row lists the versions its process can run, so claims skip the rest. Expand-only:
--- older code never names these columns (an insert by it gets the agent's newest version
--- from the trigger below). Idempotent on re-run.
+-- worker lists the versions its process can run (worker_versions), so claims skip the
+-- rest. Expand-only: older code never names these columns (an insert by it gets the
+-- agent's newest version from the trigger below). One hot table (loops): the worker
+-- versions are a table of their own, not columns of `workers` (docs/upgrading.md rule 4).
+-- Idempotent on re-run.
 CREATE TABLE IF NOT EXISTS agent_versions (
     id               text PRIMARY KEY,          -- the fingerprint's first 16 hex digits
     agent            text NOT NULL,
@@ -16,7 +18,14 @@ CREATE INDEX IF NOT EXISTS agent_versions_agent ON agent_versions (agent, create
 ALTER TABLE loops ADD COLUMN IF NOT EXISTS agent_version text;
 ALTER TABLE loops ADD COLUMN IF NOT EXISTS upgrade_to text;
 ALTER TABLE loops ADD COLUMN IF NOT EXISTS upgrade_by text;  -- who asked (the audit)
-ALTER TABLE workers ADD COLUMN IF NOT EXISTS agent_versions text[] NOT NULL DEFAULT '{}';
+
+-- workers.id -> the agent versions that process can run; no foreign key (it would lock the
+-- hot workers table): rows of workers gone are ignored (joined) and pruned at registration.
+CREATE TABLE IF NOT EXISTS worker_versions (
+    worker_id        uuid PRIMARY KEY,
+    agent_versions   text[] NOT NULL,
+    updated_at       timestamptz NOT NULL DEFAULT now()
+);
 
 -- A loop inserted without a version (a fork of a legacy loop, an older release's API
 -- during a rolling upgrade) runs the newest version of its agent known here; none known:

@@ -52,12 +52,17 @@ async def record_in(conn: Connection, registry: AgentRegistry) -> list[str]:
 
 
 async def record(pool: Pool, registry: AgentRegistry) -> list[str]:
-    """At process start: record the versions, then let loops with no version (made
-    before any process knew their agent) run this process's."""
+    """At process start: record the versions; for a version new to the fleet, let its
+    agent's loops with no version (made before migrations/0025, or before any process
+    knew the agent) run it. A loop is made without one only while no version of its agent
+    is recorded, so the first version of an agent adopts them all (a scan of the agent's
+    loops, once per new version, never per start)."""
     async with transaction(pool) as conn:
         new = await record_in(conn, registry)
     adopted = 0
     for name, v in registry.versions().items():
+        if v.id not in new:
+            continue
         async with transaction(pool) as conn:
             adopted += await agent_versions.adopt(conn, agent=name, version_id=v.id)
     log.info(

@@ -26,8 +26,9 @@ SELECT * FROM agent_versions WHERE agent = $1 ORDER BY created_at DESC, id DESC 
 SELECT v.id, v.agent, v.fingerprint, v.created_at,
        coalesce(v.definition ->> 'version_policy', 'pin') AS version_policy,
        coalesce(n.loops, 0)::bigint AS loops_active,
-       coalesce((SELECT array_agg(w.id ORDER BY w.started_at) FROM workers w
-                 WHERE v.id = ANY (w.agent_versions) AND NOT w.stopping
+       coalesce((SELECT array_agg(w.id ORDER BY w.started_at)
+                 FROM workers w JOIN worker_versions wv ON wv.worker_id = w.id
+                 WHERE v.id = ANY (wv.agent_versions) AND NOT w.stopping
                    AND w.heartbeat_at > now() - make_interval(secs => $1)),
                 '{}'::uuid[]) AS workers
 FROM agent_versions v
@@ -39,9 +40,10 @@ ORDER BY v.agent, v.created_at DESC, v.id;
 -- name: agent_version_live :many
 -- The versions some live worker claiming `queue` can run (a loop's waiting_for_version).
 -- $1 queue text · $2 stale_seconds float
-SELECT DISTINCT unnest(agent_versions) AS id FROM workers
-WHERE NOT stopping AND $1 = ANY (queues)
-  AND heartbeat_at > now() - make_interval(secs => $2);
+SELECT DISTINCT unnest(wv.agent_versions) AS id
+FROM workers w JOIN worker_versions wv ON wv.worker_id = w.id
+WHERE NOT w.stopping AND $1 = ANY (w.queues)
+  AND w.heartbeat_at > now() - make_interval(secs => $2);
 
 -- name: loop_adopt_version :val
 -- A process registering an agent: that agent's loops with no version (none was known when
@@ -106,9 +108,9 @@ RETURNING o.agent_version AS from_version, l.agent_version AS to_version, l.agen
 -- their job and generation; a worker that has the version claims them as it comes.
 -- $1 stale_seconds float · $2 limit int
 WITH live AS (
-    SELECT agent_versions FROM workers
-    WHERE NOT stopping AND 'llm' = ANY (queues)
-      AND heartbeat_at > now() - make_interval(secs => $1)
+    SELECT wv.agent_versions FROM workers w JOIN worker_versions wv ON wv.worker_id = w.id
+    WHERE NOT w.stopping AND 'llm' = ANY (w.queues)
+      AND w.heartbeat_at > now() - make_interval(secs => $1)
 ), r AS (
     SELECT l.id FROM loops l
     WHERE l.status = 'queued' AND NOT l.frozen

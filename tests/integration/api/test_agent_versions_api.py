@@ -39,10 +39,12 @@ async def test_versions_are_listed_with_their_loops_and_workers(
     loop = r.json()
     assert loop["agent_version"] == v1 and loop["upgrade_to"] is None
     async with connection(pool) as conn:  # a live worker that runs v2 only
+        wid = await conn.fetchval(
+            "INSERT INTO workers (id, hostname, pid, queues) "
+            "VALUES (gen_random_uuid(), 'h', 1, '{llm,tool}') RETURNING id"
+        )
         await conn.execute(
-            "INSERT INTO workers (id, hostname, pid, queues, agent_versions) "
-            "VALUES (gen_random_uuid(), 'h', 1, '{llm,tool}', $1)",
-            [v2],
+            "INSERT INTO worker_versions (worker_id, agent_versions) VALUES ($1, $2)", wid, [v2]
         )
     shown = (await client.get(f"/v1/loops/{loop['id']}")).json()
     assert shown["waiting_for_version"] == v1

@@ -90,7 +90,8 @@ async def test_versions_are_recorded_once_and_loops_run_the_starting_version(
     async with running_engine(pool, database_url, r1) as engine:
         async with connection(pool) as conn:
             published = await conn.fetchval(
-                "SELECT agent_versions FROM workers WHERE id = $1", engine.worker_id
+                "SELECT agent_versions FROM worker_versions WHERE worker_id = $1",
+                engine.worker_id,
             )
         assert published == [v1]
         loop = await engine.lifecycle.start(
@@ -312,3 +313,24 @@ async def test_a_latest_agent_moves_to_a_new_version_at_its_next_turn(
         await eventually(lambda: _status(pool, loop.id, "completed"))
     assert (await loop_row(pool, loop.id)).agent_version == v2
     assert system_prompts(fake_llm)[-1] == "You add numbers, latest."
+
+
+async def test_loops_without_a_version_get_one(pool: Pool) -> None:
+    """A loop made while no version of its agent was recorded (before migration 0025, or
+    by an older release) is adopted by the first version recorded; one made by an older
+    release afterwards gets the agent's newest version from the insert trigger."""
+    async with connection(pool) as conn:
+        legacy = await loops.insert(
+            conn, agent="calc", subject=None, state={}, execution_token=uuid.uuid4()
+        )
+    assert legacy.agent_version is None
+    r1, r2 = reg(CalcAgent), reg(CalcV2)
+    await versions.record(pool, r1)
+    assert (await loop_row(pool, legacy.id)).agent_version == r1.version_of("calc")
+    await versions.record(pool, r2)
+    async with connection(pool) as conn:
+        old_release = await conn.fetchrow(  # what an older release's loop_insert writes
+            "INSERT INTO loops (agent, subject, state, status, execution_token) "
+            "VALUES ('calc', NULL, '{}', 'queued', gen_random_uuid()) RETURNING agent_version"
+        )
+    assert old_release["agent_version"] == r2.version_of("calc")
