@@ -5,7 +5,8 @@ files against one database, loops over REST.
 The agent `support` has an MCP server whose tools are prefixed; its `approval_required`
 names the prefixed `add` (the "refund"). Version 1 prefixes with `shop`, version 2 renames
 the prefix to `store` and updates the rule to match — the change that once let a loop
-started before it run `shop__add` with no approval.
+started before it run `shop__add` with no approval. A version 3 changes only the prompt,
+to upgrade a loop mid-run (a call parked for approval) and see it apply at the turn after.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ AGENT = """\
 [agents.support]
 base_url = "{llm}"
 model = "fake-model"
-system_prompt = "You are support ({prefix})."
+system_prompt = "You are support ({prefix}{note})."
 approval_required = ["{prefix}__add"]
 
 [[agents.support.mcps]]
@@ -99,8 +100,10 @@ async def test_changing_an_agent_under_running_loops(
         script(fake)
         v1 = tmp_path / "v1.toml"
         v2 = tmp_path / "v2.toml"
-        v1.write_text(AGENT.format(llm=fake.base_url, mcp=mcp.url, prefix="shop"))
-        v2.write_text(AGENT.format(llm=fake.base_url, mcp=mcp.url, prefix="store"))
+        v3 = tmp_path / "v3.toml"
+        v1.write_text(AGENT.format(llm=fake.base_url, mcp=mcp.url, prefix="shop", note=""))
+        v2.write_text(AGENT.format(llm=fake.base_url, mcp=mcp.url, prefix="store", note=""))
+        v3.write_text(AGENT.format(llm=fake.base_url, mcp=mcp.url, prefix="store", note=", v3"))
         port = free_port()
         async with fleet(tmp_path, database_url) as f:
             await f.start(
@@ -211,6 +214,35 @@ async def test_changing_an_agent_under_running_loops(
                 assert len(mcp.calls()) == 1
                 events = (await http.get(f"/v1/loops/{lid}/events?limit=1000")).json()["items"]
                 assert [e["name"] for e in events].count("loop.upgraded") == 1
+
+                # 8. Upgraded mid-run: with store__add parked, a version 3 (another prompt,
+                # same tools) is accepted; the parked call still runs on version 2's
+                # worker, and only the turn after it runs on version 3.
+                await worker(f, pool, "w3-v3", v3)
+                r = await http.post(f"/v1/loops/{lid}/upgrade", json={})
+                assert r.status_code == 200, r.text
+                ver3 = r.json()["to_version"]
+                assert ver3 not in (ver1, ver2) and r.json()["orphaned_calls"] == []
+                assert r.json()["diff"]["changed"] == ["system_prompt"]
+                assert (await loop(http, lid))["agent_version"] == ver2
+                turns_before = len(fake.requests)
+                r = await http.post(f"/v1/tool-calls/{call['id']}/approve", json={})
+                assert r.status_code == 200, r.text
+                await poll(lambda: status_is(http, lid, "completed"), within=30, what="turn 5")
+                row = await loop(http, lid)
+                assert row["agent_version"] == ver3 and row["upgrade_to"] is None
+                assert len(mcp.calls()) == 2
+                (last_turn,) = fake.requests[turns_before:]
+                prompt = last_turn.json["messages"][0]  # type: ignore[index,call-overload]
+                assert prompt == {"role": "system", "content": "You are support (store, v3)."}
+                async with connection(pool) as conn:
+                    ran_before = await conn.fetchval(
+                        "SELECT t.executed_at < e.created_at FROM tool_calls t, events e "
+                        "WHERE t.id = $1 AND e.loop_id = t.loop_id AND e.name = 'loop.upgraded' "
+                        "ORDER BY e.id DESC LIMIT 1",
+                        call["id"],
+                    )
+                assert ran_before  # the call ran before the upgrade applied
 
     async with connection(pool) as conn:
         failed = await conn.fetchval("SELECT count(*) FROM loops WHERE status = 'failed'")
