@@ -302,13 +302,18 @@ SELECT id, status_reason FROM u;
 -- Reaper case 4 and dropped enqueues: a queued, unfrozen loop with no job, or queued past
 -- the threshold, gets a fresh generation and job (any older job becomes stale).
 -- A loop waiting for a worker with its agent version is not stuck either (the Reaper marked
--- it; it keeps its job until such a worker claims it).
+-- it; it keeps its job until such a worker claims it) while no live worker has it.
 -- $1 threshold_seconds float · $2 limit int · $3 grace_seconds float
 WITH r AS (
     SELECT l.id FROM loops l
     WHERE l.status = 'queued' AND NOT l.frozen
       AND ((l.updated_at < now() - make_interval(secs => $1)
-            AND l.status_reason IS DISTINCT FROM 'waiting_for_version'
+            AND NOT (l.status_reason IS NOT DISTINCT FROM 'waiting_for_version'
+                     AND NOT EXISTS (SELECT 1 FROM workers w
+                                     JOIN worker_versions wv ON wv.worker_id = w.id
+                                     WHERE NOT w.stopping AND 'llm' = ANY (w.queues)
+                                       AND coalesce(l.upgrade_to, l.agent_version)
+                                           = ANY (wv.agent_versions)))
             -- not stuck: a turn deferred by a provider limit (its job is not due yet), or a
             -- loop waiting for a slot of its saturated concurrency key (rotating would
             -- lose its place in line)
