@@ -334,3 +334,37 @@ async def test_loops_without_a_version_get_one(pool: Pool) -> None:
             "VALUES ('calc', NULL, '{}', 'queued', gen_random_uuid()) RETURNING agent_version"
         )
     assert old_release["agent_version"] == r2.version_of("calc")
+
+
+async def test_version_created_and_loop_upgraded_are_webhooks(pool: Pool) -> None:
+    async with connection(pool) as conn:
+        await conn.execute(
+            "INSERT INTO webhook_endpoints (url, events, secret_env) "
+            "VALUES ('http://127.0.0.1:9/hook', '{agent.version_created,loop.upgraded}', 'S')"
+        )
+    r1, r2 = reg(CalcAgent), reg(CalcV2)
+    v1, v2 = r1.version_of("calc"), r2.version_of("calc")
+    await versions.record(pool, r1)
+    await versions.record(pool, r1)  # not new: no second delivery
+    await versions.record(pool, r2)
+    life = Lifecycle(pool, r1, fast_settings())
+    loop = await life.start(agent="calc", message="hi", state={"llm": "http://127.0.0.1:9"})
+    await upgrades.upgrade_loop(pool, loop.id, to_version=v2, dry_run=False, by="ops")
+    async with connection(pool) as conn, conn.transaction():
+        # Fenced: another generation's worker cannot apply it.
+        stale = await versions.apply_upgrade(conn, loop_id=loop.id, execution_token=uuid.uuid4())
+        applied = await versions.apply_upgrade(
+            conn, loop_id=loop.id, execution_token=loop.execution_token
+        )
+    assert applied == {"loop_id": str(loop.id), "agent": "calc", "from": v1, "to": v2, "by": "ops"}
+    assert stale is None
+    async with connection(pool) as conn:
+        rows = await conn.fetch(
+            "SELECT event_type, loop_id, payload FROM webhook_deliveries ORDER BY id"
+        )
+    assert [(r["event_type"], r["payload"]["data"].get("version")) for r in rows] == [
+        ("agent.version_created", v1),
+        ("agent.version_created", v2),
+        ("loop.upgraded", None),
+    ]
+    assert rows[2]["loop_id"] == loop.id and rows[2]["payload"]["data"]["to"] == v2
