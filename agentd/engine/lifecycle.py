@@ -69,6 +69,15 @@ class Lifecycle:
         cls = self.registry.get(agent) if agent in self.registry else None
         return bool(cls and cls.sequential_tool_calls is True)
 
+    async def _sequential_for(self, conn: Connection, loop: Loop) -> bool:
+        """Whether the loop's own agent version runs one call at a time (this process may
+        have another version of the agent, or none)."""
+        mine = self.registry.version_of(loop.agent)
+        if loop.agent_version is None or loop.agent_version == mine:
+            return self._sequential(loop.agent)
+        row = await agent_versions.get(conn, version_id=loop.agent_version)
+        return bool(row and row["definition"].get("sequential_tool_calls") is True)
+
     async def _locked(self, conn: Connection, loop_id: uuid.UUID) -> Loop:
         loop = await loops.get_for_update(conn, loop_id=loop_id)
         if loop is None:
@@ -94,7 +103,7 @@ class Lifecycle:
             # Revoke before re-enqueueing, or the claim's lease check would strand them.
             await tool_calls.revoke_leases(conn, loop_id=loop.id)
             runnable = [c for c in unresolved if not _awaiting_person(c)]
-            if self._sequential(loop.agent):
+            if await self._sequential_for(conn, loop):
                 runnable = [c for c in unresolved[:1] if not _awaiting_person(c)]
             status = LoopStatus.RUNNING if runnable else LoopStatus.WAITING
             row = await loops.set_status(
