@@ -17,7 +17,7 @@ from fastapi.security import HTTPBearer
 from pydantic import TypeAdapter
 from starlette.routing import BaseRoute
 
-from agentd import __about__, redact
+from agentd import __about__, known_secrets, redact
 from agentd.api import (
     auth,
     body_limit,
@@ -77,9 +77,10 @@ def create_api(state: AppState) -> FastAPI:
         redoc_url=None,
     )
     app.state.agentd = state
-    redact.remember(
-        state.api_token, *(t.get_secret_value() for t in state.settings.read_tokens), pin=True
-    )  # an echoed token is masked in events and logs, in any encoding
+    # An echoed token, provider key, MCP credential or webhook secret is masked wherever
+    # text is redacted (events, logs, the transcript faces), in any encoding.
+    redact.remember(state.api_token, pin=True)
+    known_secrets.remember_configured(state.settings, state.registry)
     app.state.stream_hub = stream_hub.StreamHub(state.database_url)
     app.state.metrics = metrics.Metrics(state)
     outages = problems.install(app)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import jsonschema
@@ -13,7 +12,7 @@ from mcp.shared import inbound
 
 from agentd import logs
 from agentd.errors import McpError, McpSessionInvalid
-from agentd.mcp import eras, jsonrpc, shared_sessions
+from agentd.mcp import eras, jsonrpc, shared_sessions, tool_names
 from agentd.mcp.config import McpServerConfig
 from agentd.mcp.port import (
     IDEMPOTENCY_META_KEY,
@@ -22,6 +21,7 @@ from agentd.mcp.port import (
     Transport,
     idempotency_key,
 )
+from agentd.mcp.records import Exchange, McpTool, SessionInfo, ToolOutcome
 from agentd.mcp.toolset import REQUIRES_APPROVAL_META_KEY
 from agentd.mcp.transports import transport_for
 from agentd.observability import tracing
@@ -54,68 +54,6 @@ CLIENT_BUG_TEXT = (
     "agentd sent a request the MCP server rejected as malformed ({error}); this is a bug "
     "in agentd's MCP client, not the tool's answer"
 )
-
-
-@dataclass
-class Exchange:
-    """One request/response on the wire, as the engine records it in an event."""
-
-    server: str
-    method: str
-    raw_request: str
-    raw_response: str
-    status: int | None
-    stderr: str | None
-    duration: float
-    session_id: str | None = None
-    request_headers: dict[str, str] = field(default_factory=dict)
-    response_headers: dict[str, str] = field(default_factory=dict)
-    error: str | None = None  # set when the transport raised
-
-    def as_event(self) -> dict[str, Any]:
-        return {
-            "server": self.server, "method": self.method, "status": self.status,
-            "duration": self.duration, "session_id": self.session_id,
-            "raw_request": self.raw_request, "raw_response": self.raw_response,
-            "stderr": self.stderr, "request_headers": self.request_headers,
-            "response_headers": self.response_headers, "error": self.error,
-        }  # fmt: skip
-
-
-@dataclass
-class McpTool:
-    name: str  # as advertised to the model (prefixed)
-    remote_name: str
-    server: str
-    description: str
-    input_schema: dict[str, Any]
-    requires_approval: bool = False
-    task_support: str | None = None  # MCP execution.taskSupport: optional | required
-
-
-@dataclass
-class SessionInfo:
-    session_id: str
-    metadata: dict[str, Any]
-    exchanges: list[Exchange]
-    stateless: bool = False
-
-
-@dataclass
-class ToolOutcome:
-    text: str
-    structured: Any
-    is_error: bool
-    session_id: str
-    exchanges: list[Exchange]
-    content: list[dict[str, Any]] = field(default_factory=list)
-    error_code: int | None = None  # set for a JSON-RPC (protocol) error answer
-    # 2026-07-28: the server needs input first ({"inputRequests": {...}, "requestState"}).
-    input_required: dict[str, Any] | None = None
-    # The server runs the call as an MCP task: its handle ({"taskId", "status", ...}).
-    task: dict[str, Any] | None = None
-    # The JSON-RPC error code when the server called our request malformed (CLIENT_BUG_CODES).
-    client_error: int | None = None
 
 
 def is_synthetic(session_id: str | None) -> bool:
@@ -192,18 +130,41 @@ class McpClient:
             cursor = result.get("nextCursor")
             if not cursor:
                 break
-        remote = [t for t in remote if self._valid_headers(t)]
+        refused: dict[str, str] = {}
+        remote = [t for t in remote if self._valid_name(t, refused) and self._valid_headers(t)]
         names = {t["name"] for t in remote}
         missing = [n for n in self.config.required_tools if n not in names]
         if missing:
+            why = "".join(f" ({n!r} refused: {refused[n]})" for n in missing if n in refused)
             raise McpError(
                 f"MCP server {self.config.name!r} does not offer required tool(s): "
-                f"{', '.join(missing)}",
+                f"{', '.join(missing)}{why}",
                 retryable=False,  # it answered; waiting will not add the tools
             )
         allowed = set(self.config.tools) if self.config.tools is not None else None
         tools = [self._tool(t) for t in remote if allowed is None or t["name"] in allowed]
         return tools, exchanges
+
+    def _valid_name(self, spec: dict[str, Any], refused: dict[str, str]) -> bool:
+        """A tool whose name (as served, and as advertised with the prefix) breaks the MCP
+        spec's tool-name rules is dropped (mcp/tool_names.py)."""
+        name = spec["name"]
+        reason = tool_names.refusal(name)
+        if reason is None:
+            advertised = self.advertised_name(name)
+            reason = tool_names.refusal(advertised)
+            reason = f"with its prefix, {reason}" if reason else None
+        if reason is None:
+            return True
+        if isinstance(name, str):
+            refused[name] = reason
+        log.warning(
+            "mcp_client.tool_dropped",
+            server=self.config.name,
+            tool=tool_names.shown(name),
+            reason=reason,
+        )
+        return False
 
     def _valid_headers(self, spec: dict[str, Any]) -> bool:
         """2026-07-28: a tool whose `x-mcp-header` annotations are invalid MUST be dropped."""

@@ -278,7 +278,8 @@ async def publish(conn: Connection, payload: dict[str, object]) -> None:
     """Notify live observers at commit (payload trimmed to fit NOTIFY's 8000 bytes)."""
     import json
 
-    text = json.dumps(payload, default=str)
+    # A status's reason or error text reaches live streams as it is published.
+    text = json.dumps(redact.transcript(payload), default=str)
     if len(text.encode()) > 7900:
         slim = dict(payload)
         for key in ("content", "reasoning", "delta"):
