@@ -216,6 +216,7 @@ class AgentRegistry:
         self._agents: dict[str, type[Agent]] = {}
         self._sources: dict[str, str] = {}
         self._versions: dict[str, AgentVersion] | None = None
+        self._version_ids: tuple[list[str], frozenset[str]] | None = None
 
     def register(self, name: str, cls: type[Agent], *, source: str = "code") -> None:
         if not isinstance(cls, type) or not issubclass(cls, Agent):
@@ -227,7 +228,7 @@ class AgentRegistry:
         named = type(cls.__name__, (cls,), {"name": name, "__module__": cls.__module__})
         self._agents[name] = named
         self._sources[name] = source
-        self._versions = None
+        self._versions = self._version_ids = None
 
     def load_entry_points(self) -> None:
         for ep in entry_points(group=ENTRY_POINT_GROUP):
@@ -297,7 +298,16 @@ class AgentRegistry:
 
     def version_ids(self) -> list[str]:
         """The versions this process can run (what its claims ask for)."""
-        return sorted(v.id for v in self.versions().values())
+        return self._ids()[0]
+
+    def can_run(self, version: str | None) -> bool:
+        return version is not None and version in self._ids()[1]
+
+    def _ids(self) -> tuple[list[str], frozenset[str]]:
+        if self._version_ids is None:
+            ids = sorted(v.id for v in self.versions().values())
+            self._version_ids = (ids, frozenset(ids))
+        return self._version_ids
 
     def describe(self) -> list[dict[str, Any]]:
         out = []

@@ -17,6 +17,7 @@ the upgrade routes (the diff).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import inspect
@@ -195,16 +196,22 @@ def _package(cls: type) -> dict[str, str] | None:
     top = cls.__module__.split(".")[0]
     if top in ("agentd", "__main__", "builtins"):
         return None
-    try:
-        dists = importlib.metadata.packages_distributions().get(top) or []
-    except Exception:
-        dists = []
+    dists = _distributions().get(top) or []
     for dist in dists:
         try:
             return {"name": dist, "version": importlib.metadata.version(dist)}
         except importlib.metadata.PackageNotFoundError:
             continue
     return {"name": top, "version": "unknown"}
+
+
+@functools.cache
+def _distributions() -> dict[str, list[str]]:
+    """Top-level module -> the installed distributions providing it (read once)."""
+    try:
+        return {k: list(v) for k, v in importlib.metadata.packages_distributions().items()}
+    except Exception:
+        return {}
 
 
 def definition(name: str, cls: type) -> dict[str, Any]:

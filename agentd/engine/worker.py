@@ -63,10 +63,6 @@ class Worker:
         self.context: contextvars.Context | None = None  # run()'s, for chained jobs
         # The transcripts of loops this worker ran, so a chained turn reads only new rows.
         self.history = HistoryCache(max_loops=max(64, 2 * s.llm_concurrency))
-        # The agent versions this process can run: its claims skip loops of any other
-        # (agentd/versions.py), so a worker that lacks a loop's agent never fails it.
-        self.versions = runtime.registry.version_ids()
-        self._versions = frozenset(self.versions)
 
     # --- waking and control -------------------------------------------------------------
 
@@ -260,7 +256,7 @@ class Worker:
                 execution_token=token,
                 worker_id=rt.worker_id,
                 default_lease=default,
-                versions=self.versions,
+                versions=rt.registry.version_ids(),
             )
         if claim is None:
             return None
@@ -288,7 +284,7 @@ class Worker:
                 lease_token=token,
                 worker_id=rt.worker_id,
                 default_lease=rt.tool_lease_seconds(),
-                versions=self.versions,
+                versions=rt.registry.version_ids(),
             )
         if claim is None:
             return None
@@ -343,7 +339,7 @@ class Worker:
         the turn went back to the queue for a worker that can."""
         assert loop.execution_token is not None
         target = loop.upgrade_to or loop.agent_version
-        if target is not None and target not in self._versions:
+        if target is not None and not self.runtime.registry.can_run(target):
             lid, token = loop.id, loop.execution_token
 
             async def back(conn: Connection) -> None:
@@ -369,7 +365,9 @@ class Worker:
         assert loop.execution_token is not None
         token = loop.execution_token
         bound = _turn_log
-        if loop.upgrade_to is not None or loop.agent_version not in self._versions:
+        # The agent versions this process can run: its claims skip loops of any other
+        # (agentd/versions.py), so a worker that lacks a loop's agent never fails it.
+        if loop.upgrade_to is not None or not rt.registry.can_run(loop.agent_version):
             boundary = await self._version_boundary(loop)
             if boundary is None:
                 return
