@@ -371,6 +371,8 @@ class Worker:
             boundary = await self._version_boundary(loop)
             if boundary is None:
                 return
+            if boundary.agent_version != loop.agent_version:
+                prefetch = None  # read after the upgrade: its tools are listed again
             loop = boundary
         agent_cls = rt.registry.get(loop.agent) if loop.agent in rt.registry else None
         max_duration = (

@@ -164,14 +164,17 @@ def _listed_under_other_version(
 ) -> bool:
     """Whether the loop's stored tools were listed under another agent version than the
     one it runs now (an upgrade): their names may carry an old prefix, which the version's
-    approval rules would not match."""
+    approval rules would not match. A listing that names no version was made before
+    versions existed, under the version the loop was adopted with (an upgrade stamps its
+    sessions with the version it leaves, store/sql/agent_versions.sql), so it stands: a
+    new release alone never re-opens a loop's sessions."""
     version = ctx.loop.agent_version
     if version is None:
         return False
     seen = {
         (s.get("metadata") or {}).get("agent_version") for s in sessions if s["mcp_name"] in names
     }
-    return bool(seen) and seen != {version}
+    return bool(seen - {None, version})
 
 
 def _ends_in_response_parsing(app: Any) -> bool:

@@ -89,12 +89,22 @@ RETURNING *;
 -- name: loop_apply_upgrade :one
 -- Worker, when it starts a claimed turn whose loop has an upgrade asked for: a turn
 -- boundary (no call of the loop is unresolved when its turn is claimed). Fenced by the
--- turn's token; the claim already holds the turn, so the row lock is uncontended.
+-- turn's token; the claim already holds the turn, so the row lock is uncontended. The
+-- loop's MCP sessions listed before versions existed are stamped with the version it
+-- leaves, so ToolDiscovery lists its tools again under the new one (loop, then sessions:
+-- the lock order).
 -- $1 id uuid · $2 execution_token uuid
 WITH o AS (
     SELECT id, agent_version, upgrade_by FROM loops
     WHERE id = $1 AND execution_token = $2 AND upgrade_to IS NOT NULL
     FOR NO KEY UPDATE
+), s AS (
+    UPDATE mcp_sessions ms
+    SET metadata = coalesce(ms.metadata, '{}'::jsonb)
+                   || jsonb_build_object('agent_version', o.agent_version)
+    FROM o
+    WHERE ms.loop_id = o.id AND o.agent_version IS NOT NULL
+      AND NOT coalesce(ms.metadata, '{}'::jsonb) ? 'agent_version'
 )
 UPDATE loops l SET agent_version = l.upgrade_to, upgrade_to = NULL, upgrade_by = NULL,
     updated_at = now()

@@ -252,11 +252,13 @@ async def test_upgrade_that_would_orphan_a_pending_call_is_refused(
     assert row.upgrade_to is None and row.status == "waiting"
 
 
+@pytest.mark.parametrize("listed_before_versions", [False, True])
 async def test_upgraded_loop_relists_its_tools_under_the_new_names(
-    pool: Pool, database_url: str, fake_llm: FakeLLM
+    pool: Pool, database_url: str, fake_llm: FakeLLM, listed_before_versions: bool
 ) -> None:
     """The prefix rename: tools listed under v1 are listed again under v2's prefix at the
-    boundary, so v2's rules see v2's names."""
+    boundary, so v2's rules see v2's names — also when they were listed before versions
+    existed (their sessions name no version)."""
     r1, r2 = reg(CalcAgent), reg(CalcPrefixed)
     v2 = r2.version_of("calc")
     fake_llm.reply(content="done")
@@ -272,6 +274,12 @@ async def test_upgraded_loop_relists_its_tools_under_the_new_names(
             for r in await conn.fetch("SELECT name FROM mcp_tools WHERE loop_id = $1", loop.id)
         )
     assert before == ["add", "refund"]
+    if listed_before_versions:
+        async with connection(pool) as conn:
+            await conn.execute(
+                "UPDATE mcp_sessions SET metadata = metadata - 'agent_version' WHERE loop_id = $1",
+                loop.id,
+            )
     await upgrades.upgrade_loop(pool, loop.id, to_version=v2, dry_run=False, by="t")
     async with running_engine(pool, database_url, r2) as e2:
         await e2.lifecycle.append_message(loop.id, "again")
@@ -284,6 +292,35 @@ async def test_upgraded_loop_relists_its_tools_under_the_new_names(
     assert after == ["c__add", "c__refund"]
     tools = [t["function"]["name"] for t in (fake_llm.requests[-1].json or {}).get("tools", [])]  # type: ignore[union-attr]
     assert sorted(tools) == ["c__add", "c__refund"]
+
+
+async def test_tools_listed_before_versions_existed_are_kept_without_an_upgrade(
+    pool: Pool, database_url: str, fake_llm: FakeLLM
+) -> None:
+    """A new release alone never re-opens a loop's MCP sessions: a listing that names no
+    version stands until the loop is upgraded."""
+    r1 = reg(CalcAgent)
+    fake_llm.reply(content="done")
+    async with running_engine(pool, database_url, r1) as e1:
+        loop = await e1.lifecycle.start(
+            agent="calc", message="hi", state={"llm": fake_llm.base_url}
+        )
+        await eventually(lambda: _status(pool, loop.id, "completed"))
+        async with connection(pool) as conn:
+            await conn.execute(
+                "UPDATE mcp_sessions SET metadata = metadata - 'agent_version' WHERE loop_id = $1",
+                loop.id,
+            )
+            before = await conn.fetch(
+                "SELECT id, updated_at FROM mcp_sessions WHERE loop_id = $1", loop.id
+            )
+        await e1.lifecycle.append_message(loop.id, "again")
+        await eventually(lambda: _status(pool, loop.id, "completed"))
+    async with connection(pool) as conn:
+        after = await conn.fetch(
+            "SELECT id, updated_at FROM mcp_sessions WHERE loop_id = $1", loop.id
+        )
+    assert [dict(r) for r in after] == [dict(r) for r in before]
 
 
 class LatestCalc(CalcAgent):
