@@ -94,6 +94,10 @@ class Agent:
     context_window: int | None = None  # the model's window in tokens; None = never compact
     compaction_threshold: float = 0.8  # compact when the prompt reaches this share of it
     compaction_keep_tail: int = 6  # recent messages kept verbatim after the summary
+    # "pin": a loop finishes on the agent version it started on (unless upgraded on
+    # request); "latest": it moves to the newest version at each turn boundary
+    # (docs/upgrading.md, "Changing an agent under running loops").
+    version_policy: str = "pin"
     compaction_prompt: str = (
         "Summarise the conversation above so that you can continue the task from the "
         "summary alone: the goal, what was done and found (with exact names, numbers and "

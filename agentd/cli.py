@@ -144,6 +144,23 @@ def _parser() -> argparse.ArgumentParser:
         help="exit when the loop finishes (default in a terminal: keep the API and "
         "admin UI up until Ctrl-C)",
     )
+    u = command(
+        "upgrade",
+        "move a loop (or an agent's loops) to another agent version",
+        "Ask the API to move a loop, or with --agent every loop of an agent, to another "
+        "agent version (default: the newest) at its next turn boundary, and print the "
+        "result as JSON. --dry-run prints what would change (tools renamed or removed, "
+        "approval rules, limits) and changes nothing. The API is --url (default "
+        "http://AGENTD_HOST:AGENTD_PORT) with the token AGENTD_API_TOKEN. Exit 1 when the "
+        "API refuses (e.g. 409 upgrade-would-orphan: a pending call's tool would be renamed "
+        "or gone).",
+    )
+    u.add_argument("loop_id", nargs="?", help="the loop to upgrade (or use --agent)")
+    u.add_argument("--agent", help="upgrade this agent's loops instead of one loop")
+    u.add_argument("--from", dest="from_version", help="with --agent: only loops on this version")
+    u.add_argument("--to", dest="to_version", help="target version (default: the newest)")
+    u.add_argument("--dry-run", action="store_true", help="show the diff, change nothing")
+    u.add_argument("--url", help="the API's base URL")
     f = command(
         "fake-llm",
         "serve the offline scripted model (no API key needed)",
@@ -190,6 +207,7 @@ def main(argv: list[str] | None = None) -> None:
         "reap": _reap,
         "prune": _prune,
         "demo": _demo,
+        "upgrade": _upgrade,
     }
     try:
         with asyncio.Runner(loop_factory=event_loop.factory(settings.event_loop)) as runner:
@@ -362,12 +380,53 @@ async def _api(settings: Settings, args: argparse.Namespace) -> int:
     try:
         async with open_database(settings, migrate_first=False, stop=stop) as (pool, url):
             await _require_current(pool)
+            from agentd.engine import versions
+
+            await versions.record(pool, registry)  # the versions its starts record
             token = _token(settings)
             app = process_app(settings, pool, url, registry, None, token)
             await server.serve(app, stop)
     finally:
         server.close()
     return 0
+
+
+async def _upgrade(settings: Settings, args: argparse.Namespace) -> int:
+    import json
+
+    from agentd.client import AsyncClient
+    from agentd.client.errors import ApiError, ClientError
+
+    if (args.loop_id is None) == (args.agent is None):
+        print("agentd upgrade: give a LOOP_ID or --agent NAME (not both)", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.from_version and args.agent is None:
+        print("agentd upgrade: --from goes with --agent", file=sys.stderr)
+        return EXIT_CONFIG
+    url = args.url or f"http://{settings.host}:{settings.port}"
+    token = settings.api_token.get_secret_value() if settings.api_token else None
+    try:
+        async with AsyncClient(url, token) as client:
+            if args.agent is not None:
+                out: Any = await client.upgrade_agent(
+                    args.agent,
+                    from_version=args.from_version,
+                    to_version=args.to_version,
+                    dry_run=args.dry_run,
+                )
+            else:
+                out = await client.upgrade(
+                    args.loop_id, to_version=args.to_version, dry_run=args.dry_run
+                )
+    except ApiError as exc:
+        print(f"agentd upgrade: {exc}", file=sys.stderr)
+        print(json.dumps(exc.body, indent=2))
+        return EXIT_FAILURE
+    except ClientError as exc:
+        print(f"agentd upgrade: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(json.dumps(out.model_dump(mode="json"), indent=2))
+    return EXIT_OK
 
 
 async def _require_current(pool: Pool) -> None:

@@ -6,9 +6,9 @@ AgentdError
   PipelineError
     UnknownMiddleware
   NotFound
-    UnknownAgent · LoopNotFound · ToolCallNotFound
+    UnknownAgent · LoopNotFound · ToolCallNotFound · UnknownVersion
   Conflict
-    InvalidTransition · AlreadyDecided
+    InvalidTransition · AlreadyDecided · UpgradeWouldOrphan
   PreconditionFailed · PreconditionRequired
   BadRequest
     InputInvalid (InputAnswerInvalid) · StateTooLarge
@@ -115,6 +115,20 @@ class AlreadyDecided(Conflict):
     """The tool call was already decided or has started."""
 
     problem_type = "already-decided"
+
+
+class UpgradeWouldOrphan(Conflict):
+    """The upgrade would orphan a pending tool call: its tool has another name, or none, in
+    the target version."""
+
+    problem_type = "upgrade-would-orphan"
+
+
+class UnknownVersion(NotFound):
+    """No such agent version is recorded (GET /v1/agents lists them)."""
+
+    problem_type = "unknown-version"
+    status = 422
 
 
 class PreconditionFailed(AgentdError):

@@ -8,13 +8,14 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+from dataclasses import dataclass
 from decimal import Decimal
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from agentd import known_secrets, logs, redact
+from agentd import known_secrets, logs, redact, versions
 from agentd.agent import Agent, LoopView
 from agentd.errors import ConfigError, UnknownAgent
 from agentd.llm.dialects import base as dialects_base
@@ -107,6 +108,7 @@ class AgentConfig(BaseModel):
     concurrency_key: str | None = Field(None, min_length=1)
     concurrency_limit: int | None = Field(None, ge=1)
     mcps: list[McpEntryConfig] = Field(default_factory=list)
+    version_policy: Literal["pin", "latest"] = "pin"
 
 
 def _import_class(name: str, path: str) -> type[Agent]:
@@ -132,7 +134,9 @@ def agent_from_config(name: str, raw: dict[str, Any]) -> type[Agent]:
         unknown = sorted(set(overrides) - set(AgentConfig.model_fields) - {"mcps"})
         if unknown:
             raise ConfigError(f"[agents.{name}]: unknown key(s) {unknown}")
-        return type(base.__name__, (base,), overrides)
+        if overrides.get("version_policy", "pin") not in versions.POLICIES:
+            raise ConfigError(f"[agents.{name}] version_policy must be 'pin' or 'latest'")
+        return type(base.__name__, (base,), {**overrides, "__module__": base.__module__})
     try:
         cfg = AgentConfig.model_validate(raw)
     except ValidationError as exc:
@@ -186,6 +190,9 @@ def agent_from_config(name: str, raw: dict[str, Any]) -> type[Agent]:
         compaction_threshold = cfg.compaction_threshold
         compaction_keep_tail = cfg.compaction_keep_tail
         compaction_prompt = cfg.compaction_prompt or Agent.compaction_prompt
+        version_policy = cfg.version_policy
+        _mcp_entries = entries  # what its version records (agentd/versions.py)
+        _configured_as = True
 
         def mcp_servers(self) -> list[Any]:
             # Token env vars are read per call (a changed value rebuilds the config); the
@@ -207,12 +214,24 @@ def _static_base_url_problem(cls: type[Agent]) -> str | None:
     return dialects_base.base_url_problem(dialect, base_url)
 
 
+@dataclass(frozen=True)
+class AgentVersion:
+    """One agent definition as this process loaded it (agentd/versions.py)."""
+
+    id: str
+    agent: str
+    fingerprint: str
+    definition: dict[str, Any]
+
+
 class AgentRegistry:
     """Name → Agent subclass."""
 
     def __init__(self) -> None:
         self._agents: dict[str, type[Agent]] = {}
         self._sources: dict[str, str] = {}
+        self._versions: dict[str, AgentVersion] | None = None
+        self._version_ids: tuple[list[str], frozenset[str]] | None = None
 
     def register(self, name: str, cls: type[Agent], *, source: str = "code") -> None:
         if not isinstance(cls, type) or not issubclass(cls, Agent):
@@ -227,6 +246,7 @@ class AgentRegistry:
         named = type(cls.__name__, (cls,), {"name": name, "__module__": cls.__module__})
         self._agents[name] = named
         self._sources[name] = source
+        self._versions = self._version_ids = None
 
     def load_entry_points(self) -> None:
         for ep in entry_points(group=ENTRY_POINT_GROUP):
@@ -278,6 +298,34 @@ class AgentRegistry:
 
     def instantiate(self, name: str, loop: LoopView) -> Agent:
         return self.get(name)(loop)
+
+    def versions(self) -> dict[str, AgentVersion]:
+        """Each agent's version as loaded here, by agent name (computed once)."""
+        if self._versions is None:
+            out = {}
+            for name in self.names():
+                defn = versions.definition(name, self._agents[name])
+                fp = versions.fingerprint(name, defn)
+                out[name] = AgentVersion(versions.version_id(fp), name, fp, defn)
+            self._versions = out
+        return self._versions
+
+    def version_of(self, name: str) -> str | None:
+        v = self.versions().get(name)
+        return v.id if v is not None else None
+
+    def version_ids(self) -> list[str]:
+        """The versions this process can run (what its claims ask for)."""
+        return self._ids()[0]
+
+    def can_run(self, version: str | None) -> bool:
+        return version is not None and version in self._ids()[1]
+
+    def _ids(self) -> tuple[list[str], frozenset[str]]:
+        if self._version_ids is None:
+            ids = sorted(v.id for v in self.versions().values())
+            self._version_ids = (ids, frozenset(ids))
+        return self._version_ids
 
     def describe(self) -> list[dict[str, Any]]:
         out = []

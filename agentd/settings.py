@@ -83,6 +83,8 @@ WEBHOOK_EVENTS = (
     "loop.stopped",
     "loop.budget_exceeded",
     "tool_call.awaiting_approval",
+    "agent.version_created",
+    "loop.upgraded",
 )
 
 

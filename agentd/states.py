@@ -100,6 +100,11 @@ class TransitionReason(StrEnum):
     PROVIDER_CONCURRENCY = "provider_concurrency"
     PROVIDER_RPM = "provider_rpm"
     PROVIDER_TPM = "provider_tpm"
+    #: the Reaper found the loop queued on an agent version no live worker can run; it
+    #: keeps its job and generation, and a worker that has the version claims it.
+    WAITING_FOR_VERSION = "waiting_for_version"
+    #: the loop moved to another agent version at a turn boundary (loop.upgraded).
+    UPGRADED = "upgraded"
 
 
 #: The reasons a provider limit defers a turn with (`store.providers.admit`).

@@ -17,13 +17,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from agentd.admin import forms, live, render
+from agentd.api import routes_loops
 from agentd.api.state import AppState
-from agentd.db.pool import connection
-from agentd.engine import loop_limits, loop_state
+from agentd.db.pool import Connection, connection
+from agentd.engine import loop_limits, loop_state, upgrades
 from agentd.engine.lifecycle import DEFAULT_RESUME_FROM
 from agentd.errors import AgentdError, BadRequest, DatabaseError, PreconditionFailed
 from agentd.states import ACTIVE, ApprovalStatus, LoopStatus, MessageStatus, TransitionReason
-from agentd.store import events, jobs, loops, mcp, messages, tool_calls
+from agentd.store import agent_versions, events, jobs, loops, mcp, messages, tool_calls
 from agentd.store.models import Event, Loop, Message, ToolCall
 
 router = APIRouter(prefix="/admin")
@@ -31,7 +32,7 @@ router = APIRouter(prefix="/admin")
 PAGE_SIZE = 50
 EVENTS_PAGE = 100
 STATUSES = [str(s) for s in LoopStatus]
-TABS = ("transcript", "events", "mcp", "state")
+TABS = ("transcript", "events", "mcp", "state", "version")
 ACTIONS = ("pause", "resume", "stop", "freeze", "unfreeze", "observe", "unobserve")
 _HEX = re.compile(r"^[0-9a-f]{1,32}$")
 
@@ -225,8 +226,11 @@ async def _live_context(state: AppState, loop: Loop) -> dict[str, Any]:
         if e.tool_call_id is not None:
             reclaimed.setdefault(e.tool_call_id, []).append(e)
     agent_cls = state.registry.get(loop.agent) if loop.agent in state.registry else None
+    async with connection(state.pool) as conn:
+        waiting = await routes_loops.waiting_for_version(state, conn, loop)
     return {
         "lp": loop,
+        "waiting_for_version": waiting,
         "budget": loop_limits.token_budget(agent_cls, loop),
         "cost_limit": loop_limits.cost_budget(agent_cls, loop),
         "cost_budget": loop_limits.cost_budget(agent_cls, loop),
@@ -272,6 +276,53 @@ async def loop_page(request: Request, loop_id: str) -> Response:
         elif tab == "mcp":
             ctx["sessions"] = await mcp.list_sessions(conn, loop_id=loop.id)
             ctx["tools"] = await mcp.list_tools(conn, loop_id=loop.id)
+        elif tab == "version":
+            ctx.update(await _version_context(state, conn, loop))
+    return render.render(request, "loop.html", ctx)
+
+
+async def _version_context(state: AppState, conn: Connection, loop: Loop) -> dict[str, Any]:
+    recorded = await agent_versions.list_(conn, stale_seconds=routes_loops.stale_seconds(state))
+    mine = [v for v in recorded if v["agent"] == loop.agent]
+    current = None
+    if loop.agent_version is not None:
+        current = await agent_versions.get(conn, version_id=loop.agent_version)
+    definition = current["definition"] if current else None
+    return {"versions": mine, "definition": definition, "plan": None}
+
+
+@router.post("/loops/{loop_id}/upgrade", include_in_schema=False)
+async def upgrade_loop(request: Request, loop_id: str) -> Response:
+    """The Version tab's form: "Preview" shows the dry run's diff on the page; "Upgrade"
+    records the move (applied at the loop's next turn boundary)."""
+    state = _state(request)
+    ident = parse_uuid(loop_id)
+    if ident is None:
+        return render.redirect(request, "/admin/loops", flash=("error", f"No loop {loop_id!r}."))
+    back = f"/admin/loops/{ident}?tab=version"
+    form = await request.form()
+    target = _field(form, "to_version") or None
+    dry = _field(form, "mode") != "upgrade"
+    try:
+        plan = await upgrades.upgrade_loop(
+            state.pool, ident, to_version=target, dry_run=dry, by="admin"
+        )
+    except DatabaseError:
+        raise  # an outage or a bug, not a mistake in the form: the API's handlers answer
+    except AgentdError as exc:
+        return render.redirect(request, back, flash=("error", exc.message))
+    if not dry:
+        done = f"Upgrade to {plan['to_version']} recorded: applied at the next turn boundary."
+        if plan["pending_upgrade"] is None:
+            done = f"The loop already runs {plan['to_version']}: nothing pending."
+        return render.redirect(request, back, flash=("ok", done))
+    loop = await _get_loop(state, ident)
+    if loop is None:
+        return render.not_found(request, f"No loop {loop_id!r}.")
+    ctx: dict[str, Any] = {"nav": "loops", "tab": "version", **await _live_context(state, loop)}
+    async with connection(state.pool) as conn:
+        ctx.update(await _version_context(state, conn, loop))
+    ctx["plan"] = plan
     return render.render(request, "loop.html", ctx)
 
 

@@ -21,7 +21,7 @@ from agentd.db.pool import Pool, connection
 from agentd.engine.service import unconsumed_queues
 from agentd.observability.metrics import Telemetry
 from agentd.settings import QUEUES
-from agentd.store import jobs, loops, providers, workers
+from agentd.store import agent_versions, jobs, loops, providers, workers
 
 if TYPE_CHECKING:
     from agentd.api.state import AppState
@@ -73,9 +73,17 @@ class FleetGauges:
             registry=r,
         )
 
+        self.waiting_for_version = Gauge(
+            "agentd_loops_waiting_for_version",
+            "Queued loops whose agent version no live worker can run.",
+            ["agent", "version"],
+            registry=r,
+        )
+
     async def refresh(self, pool: Pool) -> None:
         async with connection(pool) as conn:
             by_status = await loops.count_by_status(conn)
+            waiting = await agent_versions.count_waiting(conn)
             depth = await jobs.depth(conn)
             fleet = await workers.list_(conn)
             keys = await providers.list_(conn, window_seconds=60.0)
@@ -89,6 +97,9 @@ class FleetGauges:
             self.queue_oldest.labels(queue=q).set(age)
             self.unconsumed.labels(queue=q).set(1 if q in missing else 0)
         self.workers_alive.set(sum(1 for w in fleet if not w.get("stopping")))
+        self.waiting_for_version.clear()
+        for agent, version, n in waiting:
+            self.waiting_for_version.labels(agent=agent, version=version).set(n)
         self.providers_blocked.set(sum(1 for k in keys if k["blocked_seconds"] > 0))
         self.provider_blocked_seconds.clear()
         self.provider_in_flight.clear()

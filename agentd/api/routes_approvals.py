@@ -9,19 +9,23 @@ from uuid import UUID
 from fastapi import APIRouter, Body, Path, Request
 
 from agentd.api import problems
-from agentd.api.routes_loops import BIGINT, app_state
+from agentd.api.routes_loops import BIGINT, app_state, stale_seconds
 from agentd.api.schemas import (
     AgentOut,
+    AgentUpgradeOut,
+    AgentVersionOut,
     Approval,
     Decision,
     InputAnswer,
     InputRequestOut,
     Page,
     ToolCallOut,
+    UpgradeAgent,
 )
 from agentd.db.pool import connection
+from agentd.engine import upgrades
 from agentd.errors import LoopNotFound
-from agentd.store import loops, tool_calls
+from agentd.store import agent_versions, loops, tool_calls
 
 router = APIRouter(tags=["approvals"])
 agents_router = APIRouter(tags=["agents"])
@@ -103,5 +107,59 @@ async def answer_input(
 
 @agents_router.get("/agents", summary="Registered agents", responses=problems.responses(401))
 async def list_agents(request: Request) -> Page[AgentOut]:
-    described = app_state(request).registry.describe()
-    return Page[AgentOut](items=[AgentOut(**a) for a in described], next_cursor=None)
+    """The agents this API process loaded, and the agents only workers have; each with
+    its recorded versions (newest first), the active loops on each and the live workers
+    that can run each."""
+    state = app_state(request)
+    described = {a["name"]: a for a in state.registry.describe()}
+    async with connection(state.pool) as conn:
+        recorded = await agent_versions.list_(conn, stale_seconds=stale_seconds(state))
+    mine = {name: v.id for name, v in state.registry.versions().items()}
+    by_agent: dict[str, list[AgentVersionOut]] = {}
+    for r in recorded:
+        by_agent.setdefault(r["agent"], []).append(
+            AgentVersionOut(
+                id=r["id"],
+                created_at=r["created_at"],
+                version_policy=r["version_policy"],
+                loops_active=r["loops_active"],
+                workers=list(r["workers"]),
+                current=mine.get(r["agent"]) == r["id"],
+            )
+        )
+    items = []
+    for name in sorted(set(described) | set(by_agent)):
+        base = described.get(name) or {
+            "name": name,
+            "source": None,
+            "dialect": None,
+            "model": None,
+            "streaming": None,
+            "sequential_tool_calls": None,
+        }
+        items.append(AgentOut(**base, version=mine.get(name), versions=by_agent.get(name, [])))
+    return Page[AgentOut](items=items, next_cursor=None)
+
+
+@agents_router.post(
+    "/agents/{name}/upgrade",
+    summary="Move an agent's loops to another version",
+    responses=problems.responses(400, 401, 403, 404, 413, 422),
+)
+async def upgrade_agent(
+    name: str, request: Request, body: Annotated[UpgradeAgent | None, Body()] = None
+) -> AgentUpgradeOut:
+    """Every loop of the agent not yet on `to_version` (default: the newest), or only those
+    on `from_version`, moves at its next turn boundary, a page of loops per request
+    (`remaining`: send it again). Loops with an unresolved call the target would orphan
+    are listed in `refused` and left as they are. `dry_run` writes nothing."""
+    body = body or UpgradeAgent()
+    out = await upgrades.upgrade_agent(
+        app_state(request).pool,
+        name,
+        from_version=body.from_version,
+        to_version=body.to_version,
+        dry_run=body.dry_run,
+        by="api",
+    )
+    return AgentUpgradeOut(**out)

@@ -16,20 +16,23 @@ from agentd.api.schemas import (
     EventOut,
     ForkLoop,
     LoopOut,
+    LoopUpgradeOut,
     MessageOut,
     Observe,
     Page,
     Resume,
     StartLoop,
     ToolCallOut,
+    UpgradeLoop,
     render_messages,
 )
 from agentd.api.state import AppState
 from agentd.db.pool import Connection, connection, transaction
+from agentd.engine import upgrades
 from agentd.errors import LoopNotFound
 from agentd.llm import prices
 from agentd.states import LoopStatus
-from agentd.store import events, loops, messages, tool_calls
+from agentd.store import agent_versions, events, loops, messages, tool_calls
 from agentd.store.models import Loop
 
 router = APIRouter(prefix="/loops", tags=["loops"])
@@ -142,9 +145,64 @@ async def list_loops(
     return Page[LoopOut](items=items, next_cursor=nxt)
 
 
+def stale_seconds(state: AppState) -> float:
+    """A worker whose heartbeat is older is not live (the reaper's limit)."""
+    s = state.settings
+    return max(s.heartbeat_interval * 6, s.lease_margin)
+
+
+async def waiting_for_version(state: AppState, conn: Connection, loop: Loop) -> str | None:
+    """The version a queued loop (or one between its tool calls) needs next when no live
+    worker can run it; None: not waiting on one."""
+    if loop.frozen or loop.status not in (LoopStatus.QUEUED, LoopStatus.RUNNING):
+        return None
+    if loop.status == LoopStatus.RUNNING and loop.lease_expires_at is not None:
+        return None  # a turn in flight: a worker that has the version holds it
+    queued = loop.status == LoopStatus.QUEUED
+    need = (loop.upgrade_to or loop.agent_version) if queued else loop.agent_version
+    live = await agent_versions.live(
+        conn, queue="llm" if queued else "tool", stale_seconds=stale_seconds(state)
+    )
+    if need is not None and need in live:
+        return None
+    return need or f"{loop.agent} (no version recorded)"
+
+
 @router.get("/{loop_id}", summary="Show a loop", responses=_READ)
 async def show_loop(loop_id: UUID, request: Request) -> LoopOut:
-    return LoopOut.of(await _get(app_state(request), loop_id))
+    """`waiting_for_version` names the agent version the loop waits for, if no live worker
+    can run it."""
+    state = app_state(request)
+    async with connection(state.pool) as conn:
+        loop = await loops.get(conn, loop_id=loop_id)
+        if loop is None:
+            raise LoopNotFound(f"no loop {loop_id}")
+        out = LoopOut.of(loop)
+        out.waiting_for_version = await waiting_for_version(state, conn, loop)
+    return out
+
+
+@router.post(
+    "/{loop_id}/upgrade",
+    summary="Move the loop to another agent version",
+    responses=problems.responses(400, 401, 403, 404, 409, 413, 422),
+)
+async def upgrade(
+    loop_id: UUID, request: Request, body: Annotated[UpgradeLoop | None, Body()] = None
+) -> LoopUpgradeOut:
+    """Record a move to `to_version` (default: the agent's newest), applied when the loop's
+    next turn starts — never mid-turn. `dry_run` shows the diff (tools renamed or
+    removed, approval rules, limits) and writes nothing. 409 `upgrade-would-orphan` while
+    an unresolved call's tool would have another name, or none, in the target."""
+    body = body or UpgradeLoop()
+    out = await upgrades.upgrade_loop(
+        app_state(request).pool,
+        loop_id,
+        to_version=body.to_version,
+        dry_run=body.dry_run,
+        by="api",
+    )
+    return LoopUpgradeOut(**out)
 
 
 @router.get("/{loop_id}/messages", summary="The transcript", responses=_READ)

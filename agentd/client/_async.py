@@ -13,7 +13,16 @@ import httpx
 from httpx_sse import aconnect_sse
 
 from agentd.client import errors, routes, streaming
-from agentd.client.models import EventOut, LoopOut, MessageOut, Page, StreamEvent, ToolCallOut
+from agentd.client.models import (
+    AgentUpgradeOut,
+    EventOut,
+    LoopOut,
+    LoopUpgradeOut,
+    MessageOut,
+    Page,
+    StreamEvent,
+    ToolCallOut,
+)
 from agentd.client.routes import LoopId
 
 R = TypeVar("R")
@@ -196,6 +205,25 @@ class AsyncClient:
 
     async def agents(self) -> builtins.list[dict[str, Any]]:
         return await self._do(routes.agents())
+
+    async def upgrade(
+        self, loop_id: LoopId, *, to_version: str | None = None, dry_run: bool = False
+    ) -> LoopUpgradeOut:
+        """Move the loop to `to_version` (default: its agent's newest) at its next turn
+        boundary; `dry_run`: only the diff. Raises Conflict (`upgrade-would-orphan`) while a pending
+        call's tool would be renamed or gone."""
+        return await self._do(routes.upgrade(loop_id, to_version, dry_run))
+
+    async def upgrade_agent(
+        self,
+        agent: str,
+        *,
+        from_version: str | None = None,
+        to_version: str | None = None,
+        dry_run: bool = False,
+    ) -> AgentUpgradeOut:
+        """Upgrade a page of the agent's loops (`remaining`: call again)."""
+        return await self._do(routes.upgrade_agent(agent, from_version, to_version, dry_run))
 
     # --- live stream -----------------------------------------------------------------------
 

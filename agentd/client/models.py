@@ -5,9 +5,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentd.api.schemas import EventOut, LoopOut, MessageOut, Page, ToolCallOut
+from agentd.api.schemas import (
+    AgentUpgradeOut,
+    EventOut,
+    LoopOut,
+    LoopUpgradeOut,
+    MessageOut,
+    Page,
+    ToolCallOut,
+)
 
-__all__ = ["EventOut", "LoopOut", "MessageOut", "Page", "StreamEvent", "ToolCallOut"]
+__all__ = [
+    "AgentUpgradeOut",
+    "EventOut",
+    "LoopOut",
+    "LoopUpgradeOut",
+    "MessageOut",
+    "Page",
+    "StreamEvent",
+    "ToolCallOut",
+]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,15 @@ from decimal import Decimal
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
-from agentd.client.models import EventOut, LoopOut, MessageOut, Page, ToolCallOut
+from agentd.client.models import (
+    AgentUpgradeOut,
+    EventOut,
+    LoopOut,
+    LoopUpgradeOut,
+    MessageOut,
+    Page,
+    ToolCallOut,
+)
 from agentd.json_types import JSONValue
 
 LoopId = UUID | str
@@ -160,3 +168,15 @@ def regenerate(loop_id: LoopId, message_id: int) -> Call[LoopOut]:
 
 def agents() -> Call[list[dict[str, Any]]]:
     return Call("GET", "/v1/agents", lambda d: list(d["items"]))
+
+
+def upgrade(loop_id: LoopId, to_version: str | None, dry_run: bool) -> Call[LoopUpgradeOut]:
+    body = _some(to_version=to_version, dry_run=dry_run or None)
+    return Call("POST", f"/v1/loops/{loop_id}/upgrade", LoopUpgradeOut.model_validate, json=body)
+
+
+def upgrade_agent(
+    agent: str, from_version: str | None, to_version: str | None, dry_run: bool
+) -> Call[AgentUpgradeOut]:
+    body = _some(from_version=from_version, to_version=to_version, dry_run=dry_run or None)
+    return Call("POST", f"/v1/agents/{agent}/upgrade", AgentUpgradeOut.model_validate, json=body)

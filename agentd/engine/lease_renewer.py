@@ -55,12 +55,14 @@ class LeaseRenewer:
         worker_id: uuid.UUID,
         hostname: str,
         queues: list[str],
+        agent_versions: list[str] | None = None,
     ) -> None:
         self.settings = settings
         self.url = url
         self.worker_id = worker_id
         self.hostname = hostname
         self.queues = queues
+        self.agent_versions = list(agent_versions or [])  # published in the worker row
         self._llm: dict[uuid.UUID, Lease] = {}
         self._tools: dict[int, Lease] = {}
         self._conn: dbpool.Connection | None = None
@@ -186,6 +188,7 @@ class LeaseRenewer:
             pid=os.getpid(),
             queues=self.queues,
             version=__about__.__version__,
+            agent_versions=self.agent_versions,
         )
 
     # The heartbeat connection is shared by the tick and the shutdown steps, which run in

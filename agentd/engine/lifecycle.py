@@ -39,11 +39,11 @@ from agentd.states import (
     LoopStatus,
     TransitionReason,
 )
-from agentd.store import events, jobs, loops, mcp, messages, tool_calls
+from agentd.store import agent_versions, events, jobs, loops, mcp, messages, tool_calls
 from agentd.store.models import Loop, NewEvent, ToolCall
 
 if TYPE_CHECKING:
-    from agentd.agent import Agent
+    pass
 
 DEFAULT_RESUME_FROM = frozenset(
     {LoopStatus.INIT, LoopStatus.PAUSED, LoopStatus.FAILED, LoopStatus.STOPPED}
@@ -64,13 +64,23 @@ class Lifecycle:
     # --- helpers ----------------------------------------------------------------------
 
     def _lease(self, agent: str) -> float:
-        cls = self.registry.get(agent)
-        rt = cls.read_timeout if isinstance(cls.read_timeout, int | float) else None
+        # An agent this process has no definition of (its workers have): the default.
+        cls = self.registry.get(agent) if agent in self.registry else None
+        rt = cls.read_timeout if cls and isinstance(cls.read_timeout, int | float) else None
         return self.settings.lease_seconds(rt)
 
     def _sequential(self, agent: str) -> bool:
         cls = self.registry.get(agent) if agent in self.registry else None
         return bool(cls and cls.sequential_tool_calls is True)
+
+    async def _sequential_for(self, conn: Connection, loop: Loop) -> bool:
+        """Whether the loop's own agent version runs one call at a time (this process may
+        have another version of the agent, or none)."""
+        mine = self.registry.version_of(loop.agent)
+        if loop.agent_version is None or loop.agent_version == mine:
+            return self._sequential(loop.agent)
+        row = await agent_versions.get(conn, version_id=loop.agent_version)
+        return bool(row and row["definition"].get("sequential_tool_calls") is True)
 
     async def _locked(self, conn: Connection, loop_id: uuid.UUID) -> Loop:
         loop = await loops.get_for_update(conn, loop_id=loop_id)
@@ -98,7 +108,7 @@ class Lifecycle:
             # Revoke before re-enqueueing, or the claim's lease check would strand them.
             await tool_calls.revoke_leases(conn, loop_id=loop.id)
             runnable = [c for c in unresolved if not _awaiting_person(c)]
-            if self._sequential(loop.agent):
+            if await self._sequential_for(conn, loop):
                 runnable = [c for c in unresolved[:1] if not _awaiting_person(c)]
             status = LoopStatus.RUNNING if runnable else LoopStatus.WAITING
             row = await loops.set_status(
@@ -207,10 +217,24 @@ class Lifecycle:
         concurrency_limit: int | None = None,
     ) -> Loop:
         """Start a loop inside the caller's transaction (the scheduler's tick uses this)."""
-        cls = self.registry.get(agent)  # UnknownAgent before anything is written
+        # The loop runs the version this process loaded; an agent it has no definition of
+        # runs the newest version the fleet recorded (its workers have it); neither:
+        # UnknownAgent before anything is written.
+        if agent in self.registry:
+            cls = self.registry.get(agent)
+            version = self.registry.version_of(agent)
+            agent_key, agent_limit = cls.concurrency_key, cls.concurrency_limit
+        else:
+            known = await agent_versions.newest(conn, agent=agent)
+            if known is None:
+                self.registry.get(agent)  # raises, naming the agents known here
+                raise AssertionError("unreachable")
+            version = known["id"]
+            limits = known["definition"].get("limits") or {}
+            agent_key, agent_limit = limits.get("concurrency_key"), limits.get("concurrency_limit")
         if not isinstance(message, str) or not message.strip():
             raise BadRequest("message must be a non-empty string")
-        key, limit = _concurrency(cls, concurrency_key, concurrency_limit)
+        key, limit = _concurrency(agent_key, agent_limit, concurrency_key, concurrency_limit)
         loop_state.check_size(state or {}, self.settings.max_state_bytes)
         token = uuid.uuid4()
         loop = await loops.insert(
@@ -221,6 +245,7 @@ class Lifecycle:
             execution_token=token,
             title=title,
             observed=observe,
+            agent_version=version,
         )
         if key is not None and limit is not None:
             # Before the job is claimable: the claim must see the key with the job.
@@ -568,13 +593,15 @@ def _awaiting_person(call: ToolCall) -> bool:
 
 
 def _concurrency(
-    cls: type[Agent], key: str | None, limit: int | None
+    agent_key: object, agent_limit: object, key: str | None, limit: int | None
 ) -> tuple[str | None, int | None]:
     """A start's concurrency key and limit: the request's, else the agent's attributes."""
     if key is None and limit is not None:
         raise BadRequest("concurrency_limit needs a concurrency_key")
-    agent_key = cls.concurrency_key if isinstance(cls.concurrency_key, str) else None
-    agent_limit = cls.concurrency_limit if isinstance(cls.concurrency_limit, int) else None
+    agent_key = agent_key if isinstance(agent_key, str) else None
+    agent_limit = (
+        agent_limit if isinstance(agent_limit, int) and not isinstance(agent_limit, bool) else None
+    )
     key = key if key is not None else agent_key
     limit = limit if limit is not None else agent_limit
     if key is None:

@@ -4,7 +4,9 @@ Cases: (1) running LLM turns whose lease expired, (1b) the liveness fast path â€
 tool calls held by a worker whose heartbeat backend is gone (PostgreSQL frees it within
 milliseconds of a kill -9), (2) stalled tool calls and dropped tool enqueues, (3) dropped
 continuations (all calls answered, no next turn), (4) loops queued too long or with no
-job, (5) orphaned `processing` shells, (6) approval deadlines.
+job, (5) orphaned `processing` shells, (6) approval deadlines, (7) queued loops whose
+agent version no live worker can run: marked `waiting_for_version` (with an event naming
+the version), never failed, rotated or requeued; a worker with the version claims them.
 Guarantee: each case is one statement that re-checks its condition under row locks taken
 with SKIP LOCKED, rotates the generation and enqueues in the same transaction, so racing
 reapers resolve to one and a stale worker can never write afterwards. Every reclaimed turn
@@ -31,7 +33,7 @@ from agentd.engine.ticks import Signal, ticks
 from agentd.errors import DatabaseError
 from agentd.settings import Settings
 from agentd.states import JobQueue, TransitionReason
-from agentd.store import events, jobs, loops, messages, tool_calls, workers
+from agentd.store import agent_versions, events, jobs, loops, messages, tool_calls, workers
 from agentd.store.models import NewEvent
 
 log = logs.get("agentd.reaper")
@@ -51,6 +53,7 @@ class ReapReport:
     requeued_loops: int = 0
     orphaned_shells: int = 0
     expired_approvals: int = 0
+    waiting_for_version: int = 0
 
     def __bool__(self) -> bool:
         return any(asdict(self).values())
@@ -109,6 +112,12 @@ class Reaper:
     async def sweep_once(self) -> ReapReport:
         report = await self.liveness_once()
         async with transaction(self.pool) as conn:
+            # Before reap_queued, which leaves the loops marked here alone.
+            waiting = await agent_versions.mark_waiting(
+                conn, stale_seconds=self._stale_after(), limit=BATCH
+            )
+            report.waiting_for_version = len(waiting)
+            await events.insert_many(conn, [_waiting(r) for r in waiting])
             report.dropped_continuations = await loops.reap_gate(conn, grace=GRACE, limit=BATCH)
             report.requeued_loops = await loops.reap_queued(
                 conn, threshold=self.settings.queued_reap_threshold, grace=GRACE, limit=BATCH
@@ -168,6 +177,22 @@ _WHY = {
     TransitionReason.REAPED_LEASE_EXPIRED: "its lease expired",
     TransitionReason.REAPED_JOB_LOST: "it had neither a lease nor a job",
 }
+
+
+def _waiting(row: dict[str, Any]) -> NewEvent:
+    version = row["version"]
+    why = (
+        f"agent {row['agent']!r} version {version}: no live worker can run it; the loop "
+        "waits (queued) and resumes when a worker with this version starts"
+        if version
+        else f"agent {row['agent']!r}: no version of it is known to any process yet"
+    )
+    return NewEvent(
+        name="loop.waiting_for_version",
+        loop_id=row["id"],
+        reason=TransitionReason.WAITING_FOR_VERSION,
+        log=why,
+    )
 
 
 def _reclaimed(expired: list[Any], stalled: list[Any]) -> list[NewEvent]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from agentd import known_secrets, logs
 from agentd.db.listener import Listener
 from agentd.db.pool import Pool, connection
+from agentd.engine import versions
 from agentd.engine.janitor import Janitor
 from agentd.engine.lease_renewer import LeaseRenewer
 from agentd.engine.lifecycle import Lifecycle
@@ -90,6 +91,7 @@ class Engine:
             worker_id=self.runtime.worker_id,
             hostname=self.runtime.hostname,
             queues=self.queues,
+            agent_versions=self.registry.version_ids(),
         )
         self.runtime.renewer = self.renewer
         self.worker = Worker(self.runtime, self.queues, self.stacks)
@@ -134,6 +136,9 @@ class Engine:
             await self.scheduler.sync_config(self.settings.schedules)
         if "maintenance" in self.queues:
             await self.webhooks.sync_config()  # a missing secret stops the start here
+        # Before the worker row says which versions it runs (what claims and
+        # waiting_for_version go by): every version it names is recorded.
+        await versions.record(self.pool, self.registry)
         await self.renewer.connect()
         missing = await unconsumed_queues(self.pool)
         if missing:

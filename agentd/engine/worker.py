@@ -23,8 +23,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from agentd import logs
-from agentd.db.pool import Connection, connection
-from agentd.engine import dispatch, scopes
+from agentd.db.pool import Connection, connection, transaction
+from agentd.engine import dispatch, scopes, versions
 from agentd.engine.chaining import Chain
 from agentd.engine.context import ToolContext, TurnContext
 from agentd.engine.history_cache import HistoryCache
@@ -252,7 +252,11 @@ class Worker:
         default = rt.settings.lease_seconds(None)
         async with connection(rt.pool) as conn:
             claim = await jobs.claim_llm(
-                conn, execution_token=token, worker_id=rt.worker_id, default_lease=default
+                conn,
+                execution_token=token,
+                worker_id=rt.worker_id,
+                default_lease=default,
+                versions=rt.registry.version_ids(),
             )
         if claim is None:
             return None
@@ -280,6 +284,7 @@ class Worker:
                 lease_token=token,
                 worker_id=rt.worker_id,
                 default_lease=rt.tool_lease_seconds(),
+                versions=rt.registry.version_ids(),
             )
         if claim is None:
             return None
@@ -327,11 +332,48 @@ class Worker:
 
     # --- running ----------------------------------------------------------------------------
 
+    async def _version_boundary(self, loop: Loop) -> Loop | None:
+        """A turn about to start is a turn boundary: apply the loop's pending upgrade when
+        this process has the target version. None: this process cannot run the version
+        the turn must run on (a chained turn whose upgrade was asked for meanwhile), and
+        the turn went back to the queue for a worker that can."""
+        assert loop.execution_token is not None
+        target = loop.upgrade_to or loop.agent_version
+        if target is not None and not self.runtime.registry.can_run(target):
+            lid, token = loop.id, loop.execution_token
+
+            async def back(conn: Connection) -> None:
+                await loops.release_leases(conn, ids=[lid], tokens=[token])
+                await jobs.notify(conn, queue="llm")
+
+            dispatch.hand_back(self.runtime, back, what="turn of another version", loop_id=lid)
+            _turn_log.info("turn.version_unavailable", loop_id=str(lid), version=target)
+            return None
+        if loop.upgrade_to is None or loop.upgrade_to == loop.agent_version:
+            return loop
+        async with transaction(self.runtime.pool) as conn:
+            done = await versions.apply_upgrade(
+                conn, loop_id=loop.id, execution_token=loop.execution_token
+            )
+        if done is None:  # the fence moved on: the turn's own writes will find it too
+            return loop
+        _turn_log.info("loop.upgraded", **done)
+        return dataclasses.replace(loop, agent_version=loop.upgrade_to, upgrade_to=None)
+
     async def _run_turn(self, loop: Loop, prefetch: jobs.TurnPrefetch | None = None) -> None:
         rt = self.runtime
         assert loop.execution_token is not None
         token = loop.execution_token
         bound = _turn_log
+        # The agent versions this process can run: its claims skip loops of any other
+        # (agentd/versions.py), so a worker that lacks a loop's agent never fails it.
+        if loop.upgrade_to is not None or not rt.registry.can_run(loop.agent_version):
+            boundary = await self._version_boundary(loop)
+            if boundary is None:
+                return
+            if boundary.agent_version != loop.agent_version:
+                prefetch = None  # read after the upgrade: its tools are listed again
+            loop = boundary
         agent_cls = rt.registry.get(loop.agent) if loop.agent in rt.registry else None
         max_duration = (
             agent_cls.max_duration if agent_cls else None

@@ -89,9 +89,17 @@ async def notify(conn: Connection, *, queue: str) -> None:
 
 
 async def claim_llm(
-    conn: Connection, *, execution_token: UUID, worker_id: UUID, default_lease: float
+    conn: Connection,
+    *,
+    execution_token: UUID,
+    worker_id: UUID,
+    default_lease: float,
+    versions: list[str] | None = None,
 ) -> LlmClaim | None:
-    rec = await conn.fetchrow(sql("job_claim_llm"), execution_token, worker_id, default_lease)
+    """`versions`: the agent versions this process can run (None: any)."""
+    rec = await conn.fetchrow(
+        sql("job_claim_llm"), execution_token, worker_id, default_lease, versions
+    )
     if rec is None:
         return None
     loop = Loop.from_record(rec) if rec["id"] is not None else None
@@ -122,9 +130,17 @@ def turn_prefetch(rec: Record) -> TurnPrefetch:
 
 
 async def claim_tool(
-    conn: Connection, *, lease_token: UUID, worker_id: UUID, default_lease: float
+    conn: Connection,
+    *,
+    lease_token: UUID,
+    worker_id: UUID,
+    default_lease: float,
+    versions: list[str] | None = None,
 ) -> ToolClaim | None:
-    rec = await conn.fetchrow(sql("job_claim_tool"), lease_token, worker_id, default_lease)
+    """`versions`: the agent versions this process can run (None: any)."""
+    rec = await conn.fetchrow(
+        sql("job_claim_tool"), lease_token, worker_id, default_lease, versions
+    )
     if rec is None:
         return None
     tc = ToolCall.from_record(rec) if rec["id"] is not None else None

@@ -37,9 +37,11 @@ async def insert(
     execution_token: UUID,
     title: str | None = None,
     observed: bool = False,
+    agent_version: str | None = None,
 ) -> Loop:
+    """`agent_version` None: the agent's newest recorded version (the 0025 trigger)."""
     rec = await conn.fetchrow(
-        sql("loop_insert"), agent, subject, state, execution_token, title, observed
+        sql("loop_insert"), agent, subject, state, execution_token, title, observed, agent_version
     )
     return Loop.from_record(rec)
 

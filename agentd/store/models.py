@@ -162,6 +162,10 @@ class Loop(_Row):
     generation_seconds: float = 0.0
     generation_tokens: int = 0
     state_version: int = 1  # 0014: bumped on every change of state (the PATCH ETag)
+    # 0025: the agent version the loop runs, and one asked for (applied at its next turn)
+    agent_version: str | None = None
+    upgrade_to: str | None = None
+    upgrade_by: str | None = None
 
 
 @dataclass(frozen=True)

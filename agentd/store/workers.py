@@ -15,9 +15,18 @@ from agentd.store.queries import sql
 
 
 async def register(
-    conn: Connection, *, worker_id: UUID, hostname: str, pid: int, queues: list[str], version: str
+    conn: Connection,
+    *,
+    worker_id: UUID,
+    hostname: str,
+    pid: int,
+    queues: list[str],
+    version: str,
+    agent_versions: list[str] | None = None,
 ) -> None:
-    await conn.execute(sql("worker_register"), worker_id, hostname, pid, queues, version)
+    await conn.execute(
+        sql("worker_register"), worker_id, hostname, pid, queues, version, agent_versions or []
+    )
 
 
 async def heartbeat(conn: Connection, *, worker_id: UUID) -> bool:

@@ -89,3 +89,46 @@ def test_resumption_drops_what_was_yielded_and_resumes_from_the_last_id() -> Non
     assert not r.finished
     done = r.accept("status", "s4.2", '{"status": "completed"}')
     assert done is not None and done.data["status"] == "completed" and r.finished
+
+
+def test_upgrade_sends_only_the_given_members_and_a_refusal_is_a_conflict() -> None:
+    seen: list[httpx.Request] = []
+    plan = {
+        "loop_id": LOOP["id"],
+        "agent": "calc",
+        "from_version": "a" * 16,
+        "to_version": "b" * 16,
+        "pending_upgrade": None,
+        "known_from": True,
+        "dry_run": True,
+        "applies": "at the loop's next turn boundary",
+        "diff": {"changed": ["system_prompt"]},
+        "orphaned_calls": [],
+    }
+    refusal = {
+        "type": "https://agentd.dev/problems/upgrade-would-orphan",
+        "title": "Conflict",
+        "status": 409,
+        "detail": "pending calls",
+        "orphaned_calls": ["shop__refund"],
+    }
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if json.loads(request.content).get("dry_run"):
+            return httpx.Response(200, json=plan)
+        return httpx.Response(
+            409, json=refusal, headers={"content-type": "application/problem+json"}
+        )
+
+    with Client("http://agentd", "tok", transport=httpx.MockTransport(handler)) as agentd:
+        out = agentd.upgrade(LOOP["id"], dry_run=True)
+        assert out.diff == {"changed": ["system_prompt"]} and out.to_version == "b" * 16
+        with pytest.raises(errors.Conflict) as refused:
+            agentd.upgrade(LOOP["id"], to_version="b" * 16)
+    assert refused.value.problem_type == "upgrade-would-orphan"
+    assert refused.value.body["orphaned_calls"] == ["shop__refund"]
+    assert [(r.url.path, json.loads(r.content)) for r in seen] == [
+        (f"/v1/loops/{LOOP['id']}/upgrade", {"dry_run": True}),
+        (f"/v1/loops/{LOOP['id']}/upgrade", {"to_version": "b" * 16}),
+    ]

@@ -23,7 +23,7 @@ FLOORS: list[set[str]] = [
     {"client", "admin", "__init__"},
     {"api", "pipeline"},
     {"engine"},
-    {"registry"},
+    {"registry", "versions"},
     {"agent"},
     {"mcp", "store"},
     {"observability", "db"},

@@ -6,8 +6,11 @@ by the turn's token), ctx.tools, ctx.tool_specs; during an MCP outage, the turn'
 by the process (`session = "process"`) and the stack finalizes with ResponseParsing, the
 rows are left in ctx.unrecorded for the finalize to write with the turn (no statement
 here).
-Discovery runs on a loop's first turn (with refresh_mcp_tools) or when the loop has no
-sessions yet; later turns read the stored tools, so a prompt's tool list stays stable.
+Discovery runs on a loop's first turn (with refresh_mcp_tools), when the loop has no
+sessions yet, when the set of server names changed, or when the tools were listed under
+another agent version than the loop's (an upgrade may rename prefixes or whitelists: each
+session records the version it was listed under); later turns read the stored tools, so a
+prompt's tool list stays stable.
 The stored sessions and tools come prefetched by the claim (ctx.prefetch) when it has them.
 Guarantee: an outage (refused, reset, timed out, HTTP 5xx, a garbled answer) does not fail
 the loop before `mcp_discovery_give_up_after`: discovery is retried a few times inside the
@@ -162,6 +165,24 @@ async def outage_of(
             after = page[-1].id
 
 
+def _listed_under_other_version(
+    ctx: TurnContext, sessions: list[dict[str, Any]], names: set[str]
+) -> bool:
+    """Whether the loop's stored tools were listed under another agent version than the
+    one it runs now (an upgrade): their names may carry an old prefix, which the version's
+    approval rules would not match. A listing that names no version was made before
+    versions existed, under the version the loop was adopted with (an upgrade stamps its
+    sessions with the version it leaves, store/sql/agent_versions.sql), so it stands: a
+    new release alone never re-opens a loop's sessions."""
+    version = ctx.loop.agent_version
+    if version is None:
+        return False
+    seen = {
+        (s.get("metadata") or {}).get("agent_version") for s in sessions if s["mcp_name"] in names
+    }
+    return bool(seen - {None, version})
+
+
 def _ends_in_response_parsing(app: Any) -> bool:
     """Whether the stack below finalizes with ResponseParsing (or a subclass), which
     records a discovery left in ctx.unrecorded with the turn."""
@@ -198,7 +219,8 @@ class ToolDiscovery:
                     rows = await mcp.list_tools(conn, loop_id=ctx.loop.id)
             fresh = ctx.loop.step_count == 0 and ctx.agent.refresh_mcp_tools
             known = {s["mcp_name"] for s in sessions}
-            if fresh or known != {c.name for c in configs}:
+            names = {c.name for c in configs}
+            if fresh or known != names or _listed_under_other_version(ctx, sessions, names):
                 discovered = await self._discover(ctx, configs, shared)
                 if discovered is None:
                     return  # deferred: the turn is queued again, due after a back-off
@@ -229,7 +251,8 @@ class ToolDiscovery:
                     "mcp_name": name,
                     "session_id": s.session_id,
                     "transport_kind": s.transport_kind,
-                    "metadata": s.metadata,
+                    # the version the tools were listed under (see _listed_under_other_version)
+                    "metadata": {**(s.metadata or {}), "agent_version": ctx.loop.agent_version},
                 }
                 for name, s in box.sessions.items()
             ],

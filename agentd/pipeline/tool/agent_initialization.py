@@ -2,6 +2,9 @@
 
 Position: after ErrorHandling. Writes: ctx.loop, ctx.agent, ctx.tool. Finalizer: no.
 Reads nothing when the claim prefetched the loop and the tool (ctx.prefetched).
+Never runs a call on another agent version than its loop's (the claim already skips
+those): its approval rules and tool names are that version's. Such a call is left
+(FenceLost) for the reaper to hand to a worker that has the version.
 """
 
 from __future__ import annotations
@@ -34,5 +37,8 @@ class AgentInitialization:
             state=ctx.loop.state,
             step_count=ctx.loop.step_count,
         )
+        version = ctx.loop.agent_version
+        if version is not None and version != ctx.runtime.registry.version_of(ctx.loop.agent):
+            raise FenceLost()
         ctx.agent = ctx.runtime.registry.instantiate(ctx.loop.agent, view)
         await self.app(ctx)

@@ -20,13 +20,19 @@ SELECT pg_notify('agentd_jobs', $1);
 -- Lock order: the job is taken SKIP LOCKED (nobody ever waits for a job row, see
 -- job_delete_for_loop), then the loop, then the key, as every statement that releases a
 -- slot (loop -> key); docs/security.md.
+-- Agent versions (0025): a job of a queued loop whose version (or the upgrade asked for)
+-- is not one of $4 is left for a worker that has it; a stale job is anyone's to drop.
 -- $1 execution_token uuid (fresh) · $2 worker_id uuid · $3 default_lease_seconds float
+-- $4 agent_versions text[] (the versions this process can run; null: any)
 WITH c AS (
     SELECT jb.id, jb.loop_id, jb.generation, jb.lease_seconds FROM jobs jb
     WHERE jb.queue = 'llm' AND jb.run_at <= now()
       AND NOT EXISTS (SELECT 1 FROM loops kl JOIN concurrency_keys ck ON ck.key = kl.concurrency_key
                       WHERE kl.id = jb.loop_id AND NOT kl.concurrency_held
                         AND ck.running >= kl.concurrency_limit)
+      AND ($4::text[] IS NULL
+           OR NOT EXISTS (SELECT 1 FROM loops vl WHERE vl.id = jb.loop_id AND vl.status = 'queued'
+                            AND coalesce(vl.upgrade_to, vl.agent_version, '') <> ALL ($4::text[])))
     ORDER BY jb.run_at, jb.id LIMIT 1 FOR UPDATE OF jb SKIP LOCKED
 ), cand AS (
     SELECT lo.id, lo.concurrency_key, lo.concurrency_limit, lo.concurrency_held
@@ -74,10 +80,17 @@ LEFT JOIN LATERAL agentd_turn_prefetch(l.id) pf ON l.id IS NOT NULL;
 -- Worker; claims the next tool job and the call's lease in one statement. Fence: the loop
 -- is running/waiting on the job's generation, the call is unresolved and not leased by a
 -- live holder, and (sequential calls) every earlier call of its turn is resolved.
+-- Agent versions (0025): a call of a loop whose version is not one of $4 is left for a
+-- worker that has it (the call runs on the version its turn ran on).
 -- $1 lease_token uuid · $2 worker_id uuid · $3 default_lease_seconds float
+-- $4 agent_versions text[] (the versions this process can run; null: any)
 WITH j AS (
     DELETE FROM jobs WHERE id = (
         SELECT id FROM jobs WHERE queue = 'tool' AND run_at <= now()
+          AND ($4::text[] IS NULL
+               OR NOT EXISTS (SELECT 1 FROM loops vl WHERE vl.id = jobs.loop_id
+                                AND vl.status IN ('running', 'waiting')
+                                AND coalesce(vl.agent_version, '') <> ALL ($4::text[])))
         ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
     RETURNING id, tool_call_id, loop_id, generation, lease_seconds
 ), t AS (

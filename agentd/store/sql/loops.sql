@@ -1,8 +1,9 @@
 -- name: loop_insert :one
 -- API/lifecycle start; no fence (new row).
--- $1 agent text · $2 subject text · $3 state jsonb · $4 execution_token uuid · $5 title text · $6 observed bool
-INSERT INTO loops (agent, subject, state, status, execution_token, title, observed)
-VALUES ($1, $2, $3, 'queued', $4, $5, $6)
+-- $1 agent text · $2 subject text · $3 state jsonb · $4 execution_token uuid · $5 title text · $6 observed bool · $7 agent_version text|null
+INSERT INTO loops (agent, subject, state, status, execution_token, title, observed,
+                   agent_version)
+VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7)
 RETURNING *;
 
 -- name: loop_get :one
@@ -300,11 +301,19 @@ SELECT id, status_reason FROM u;
 -- name: loop_reap_queued :many
 -- Reaper case 4 and dropped enqueues: a queued, unfrozen loop with no job, or queued past
 -- the threshold, gets a fresh generation and job (any older job becomes stale).
+-- A loop waiting for a worker with its agent version is not stuck either (the Reaper marked
+-- it; it keeps its job until such a worker claims it) while no live worker has it.
 -- $1 threshold_seconds float · $2 limit int · $3 grace_seconds float
 WITH r AS (
     SELECT l.id FROM loops l
     WHERE l.status = 'queued' AND NOT l.frozen
       AND ((l.updated_at < now() - make_interval(secs => $1)
+            AND NOT (l.status_reason IS NOT DISTINCT FROM 'waiting_for_version'
+                     AND NOT EXISTS (SELECT 1 FROM workers w
+                                     JOIN worker_versions wv ON wv.worker_id = w.id
+                                     WHERE NOT w.stopping AND 'llm' = ANY (w.queues)
+                                       AND coalesce(l.upgrade_to, l.agent_version)
+                                           = ANY (wv.agent_versions)))
             -- not stuck: a turn deferred by a provider limit (its job is not due yet), or a
             -- loop waiting for a slot of its saturated concurrency key (rotating would
             -- lose its place in line)
@@ -406,8 +415,9 @@ RETURNING *;
 -- Lifecycle.fork; no fence (new row, paused, no generation until resumed).
 -- $1 agent text · $2 subject text · $3 state jsonb · $4 title text · $5 forked_from_loop_id uuid · $6 forked_from_message_id bigint
 INSERT INTO loops (agent, subject, state, status, status_reason, title, forked_from_loop_id,
-                   forked_from_message_id)
-VALUES ($1, $2, $3, 'paused', 'forked', $4, $5, $6)
+                   forked_from_message_id, agent_version)
+VALUES ($1, $2, $3, 'paused', 'forked', $4, $5, $6,
+        (SELECT agent_version FROM loops WHERE id = $5))  -- the source's version (0025)
 RETURNING *;
 
 -- name: loop_set_step_count :one

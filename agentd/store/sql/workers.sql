@@ -1,6 +1,16 @@
 -- name: worker_register :exec
 -- Worker start, on the heartbeat connection (records its backend for the liveness check).
--- $1 id uuid · $2 hostname text · $3 pid int · $4 queues text[] · $5 version text
+-- Also records the agent versions this process can run (worker_versions, 0025: what its
+-- claims ask for), and prunes the versions of workers that are gone.
+-- $1 id uuid · $2 hostname text · $3 pid int · $4 queues text[] · $5 version text · $6 agent_versions text[]
+WITH v AS (
+    INSERT INTO worker_versions (worker_id, agent_versions) VALUES ($1, $6)
+    ON CONFLICT (worker_id) DO UPDATE
+    SET agent_versions = EXCLUDED.agent_versions, updated_at = now()
+), gone AS (
+    DELETE FROM worker_versions wv
+    WHERE wv.worker_id <> $1 AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.id = wv.worker_id)
+)
 INSERT INTO workers (id, hostname, pid, queues, backend_pid, backend_start, version)
 SELECT $1, $2, $3, $4, pg_backend_pid(), a.backend_start, $5
 FROM pg_stat_activity a WHERE a.pid = pg_backend_pid()

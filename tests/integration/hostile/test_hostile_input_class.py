@@ -73,6 +73,8 @@ BASE: dict[str, dict[str, Any]] = {
     "Approval": {"reason": "ok", "arguments": {"a": 1, "b": 2}},
     "InputAnswer": {"action": "accept", "content": {}},
     "CreateSchedule": {"name": "nightly", "agent": "calc", "message": "hi", "cron": "0 3 * * *"},
+    "UpgradeLoop": {"to_version": "0000000000000000", "dry_run": True},
+    "UpgradeAgent": {"from_version": "0000000000000000", "dry_run": True},
 }
 #: Every admin POST route and the form fields it reads (the clean_input dependency checks
 #: every field whatever the route reads; these make sure the real ones are tried).
@@ -83,6 +85,7 @@ ADMIN_FORMS: dict[str, tuple[list[str], list[str]]] = {  # path: (text fields, J
     "/admin/loops/{loop_id}/actions/{action}": (["from", "max_steps", "max_tokens_total"], []),
     "/admin/loops/{loop_id}/state": (["version"], ["state"]),
     "/admin/loops/{loop_id}/messages": (["content"], []),
+    "/admin/loops/{loop_id}/upgrade": (["to_version", "mode"], []),
     "/admin/loops/{loop_id}/messages/{message_id}/{action}": (["any"], []),
     "/admin/tool-calls/{tool_call_id}/approve": (["reason"], ["arguments"]),
     "/admin/tool-calls/{tool_call_id}/deny": (["reason"], []),
