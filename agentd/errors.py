@@ -11,7 +11,7 @@ AgentdError
     InvalidTransition · AlreadyDecided
   PreconditionFailed · PreconditionRequired
   BadRequest
-    InputInvalid
+    InputInvalid · IdempotencyKeyReused
   LimitExceeded
     MaxStepsExceeded · MaxDurationExceeded · TokenBudgetExceeded · CostBudgetExceeded
   LLMError
@@ -134,6 +134,13 @@ class InputInvalid(BadRequest):
     """The answer does not match what the MCP server asked for."""
 
     problem_type = "validation-error"
+    status = 422
+
+
+class IdempotencyKeyReused(BadRequest):
+    """The Idempotency-Key was used with another request; use a new key for a new request."""
+
+    problem_type = "idempotency-key-reused"
     status = 422
 
 

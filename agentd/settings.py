@@ -83,6 +83,7 @@ WEBHOOK_EVENTS = (
     "loop.stopped",
     "loop.budget_exceeded",
     "tool_call.awaiting_approval",
+    "loop.message_received",
 )
 
 

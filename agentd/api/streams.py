@@ -1,16 +1,18 @@
 """GET /v1/loops/{id}/stream: Server-Sent Events fed by one shared LISTEN per process.
 
 The engine (in this process or any other) publishes JSON on the `agentd_stream` channel at
-commit: `delta` (streamed text), `message` (a committed message id), `status`, `approval`;
+commit: `delta` (streamed text), `message` (a committed message id), `status`, `approval`,
+`input` (a message sent to the loop: its input id and mode);
 `api/stream_hub.py` fans it out, so an SSE client costs no database connection while it
 waits. `protocol=ag-ui` hands the same feed to `api/agui.py`.
 
 Event ids (for `Last-Event-ID` resumption):
 
 - `m<N>`: a `message` event; N is the message id.
-- `d<N>.<k>`, `s<N>.<k>`, `a<N>.<k>`: delta, status and approval events; N is the highest
-  message id sent on the stream so far, k a counter; while a message is being streamed,
-  `.<id>.<chars>` follows: the characters of it this stream has shown.
+- `d<N>.<k>`, `s<N>.<k>`, `a<N>.<k>`, `i<N>.<k>`: delta, status, approval and input
+  events; N is the highest message id sent on the stream so far, k a counter; while a
+  message is being streamed, `.<id>.<chars>` follows: the characters of it this stream
+  has shown.
 
 On reconnect with `Last-Event-ID`, every visible message with id > N is sent, and so are
 the tool results after the newest assistant message with id <= N: the tool calls of one
@@ -52,7 +54,7 @@ from agentd.errors import LoopNotFound
 from agentd.store import loops, messages, tool_calls
 from agentd.store.models import Loop
 
-_EVENT_ID = re.compile(r"^[mdsa](\d{1,18})(?:\.\d{1,18}(?:\.(\d{1,18})\.(\d{1,18}))?)?$")
+_EVENT_ID = re.compile(r"^[mdsai](\d{1,18})(?:\.\d{1,18}(?:\.(\d{1,18})\.(\d{1,18}))?)?$")
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,9 @@ class LoopStream:
             elif kind == "approval":
                 data = {k: v for k, v in item.items() if k not in ("type", "loop_id")}
                 yield _frame("approval", self._next_id("a"), data)
+            elif kind == "input":  # a message sent to the loop, pending or applied now
+                data = {k: v for k, v in item.items() if k not in ("type", "loop_id")}
+                yield _frame("input", self._next_id("i"), data)
             elif kind == "status" or item is RESYNC:
                 for frame in await self._catch_up():
                     yield frame
@@ -220,7 +225,8 @@ def _parse_last_event_id(value: str | None) -> Resume | None:
     if m is None:
         raise ApiProblem(
             400,
-            "Last-Event-ID is not an id this stream sent (m<N>, d<N>.<k>, s<N>.<k>, a<N>.<k>)",
+            "Last-Event-ID is not an id this stream sent (m<N>, d<N>.<k>, s<N>.<k>, a<N>.<k>, "
+            "i<N>.<k>)",
             problem_type="invalid-last-event-id",
         )
     streamed = (int(m.group(2)), int(m.group(3))) if m.group(2) else None
@@ -233,7 +239,8 @@ def _parse_last_event_id(value: str | None) -> Resume | None:
     response_class=StreamingResponse,
     responses={
         200: {
-            "description": "An SSE stream: `status`, `delta`, `message`, `approval` events "
+            "description": "An SSE stream: `status`, `delta`, `message`, `approval`, `input` "
+            "events "
             "(with `protocol=ag-ui`: AG-UI events).",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },

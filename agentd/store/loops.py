@@ -51,6 +51,11 @@ async def get_for_update(conn: Connection, *, loop_id: UUID) -> Loop | None:
     return _loop(await conn.fetchrow(sql("loop_get_for_update"), loop_id))
 
 
+async def lock_turn(conn: Connection, *, loop_id: UUID, execution_token: UUID) -> bool:
+    """Take the loop's row lock if this turn still holds it (False: the fence is lost)."""
+    return await conn.fetchval(sql("loop_lock_turn"), loop_id, execution_token) is not None
+
+
 async def set_state(
     conn: Connection, *, loop_id: UUID, state_version: int, state: dict[str, Any]
 ) -> Loop | None:

@@ -162,6 +162,9 @@ class Loop(_Row):
     generation_seconds: float = 0.0
     generation_tokens: int = 0
     state_version: int = 1  # 0014: bumped on every change of state (the PATCH ETag)
+    # 0027: steering messages not yet applied, and whether the next turn applies them all
+    steer_pending: int = 0
+    steer_release: bool = False
 
 
 @dataclass(frozen=True)
@@ -293,3 +296,20 @@ class NewEvent:
     tool_call_id: int | None = None
     message_id: int | None = None
     inbound_session_id: int | None = None
+
+
+@dataclass(frozen=True)
+class LoopInput(_Row):
+    """A message sent to a loop (0027): pending until applied as the `message_id` row."""
+
+    id: int
+    loop_id: UUID
+    mode: str
+    content: str
+    status: str
+    message_id: int | None
+    idempotency_key: str | None
+    request_hash: bytes | None
+    sent_by: str | None
+    created_at: datetime
+    applied_at: datetime | None

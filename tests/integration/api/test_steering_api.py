@@ -1,0 +1,60 @@
+"""POST /v1/loops/{id}/messages with `mode` and Idempotency-Key, GET /inputs, and the
+stream's `input` frame (no worker runs: the loop stays queued)."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.integration.api.test_loops_routes import start
+
+
+async def test_send_to_a_queued_loop_is_202_pending_and_listed(client: httpx.AsyncClient) -> None:
+    lid = (await start(client))["id"]
+    r = await client.post(f"/v1/loops/{lid}/messages", json={"content": "hi", "mode": "inject"})
+    assert r.status_code == 202, r.text
+    body = r.json()
+    assert body["id"] == lid and body["status"] == "queued"
+    assert body["input"]["mode"] == "inject" and body["input"]["status"] == "pending"
+    assert body["input"]["message_id"] is None and body["input"]["sent_by"] == "api"
+    listed = (await client.get(f"/v1/loops/{lid}/inputs", params={"pending": True})).json()
+    assert [i["id"] for i in listed["items"]] == [body["input"]["id"]]
+    events = (await client.get(f"/v1/loops/{lid}/events")).json()["items"]
+    assert "loop.message_received" in [e["name"] for e in events]
+
+
+async def test_interrupt_of_a_queued_loop_applies_at_once(client: httpx.AsyncClient) -> None:
+    lid = (await start(client))["id"]
+    r = await client.post(f"/v1/loops/{lid}/messages", json={"content": "now", "mode": "interrupt"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["status"] == "queued" and body["status_reason"] == "interrupted"
+    assert body["input"]["status"] == "applied" and body["input"]["message_id"] > 0
+    items = (await client.get(f"/v1/loops/{lid}/messages")).json()["items"]
+    assert [(m["role"], m["content"]) for m in items][-1] == ("user", "now")
+
+
+async def test_idempotency_key_replays_the_first_send_and_refuses_another_body(
+    client: httpx.AsyncClient,
+) -> None:
+    lid = (await start(client))["id"]
+    headers = {"Idempotency-Key": "send-1"}
+    body = {"content": "once", "mode": "queue"}
+    first = await client.post(f"/v1/loops/{lid}/messages", json=body, headers=headers)
+    again = await client.post(f"/v1/loops/{lid}/messages", json=body, headers=headers)
+    assert first.status_code == again.status_code == 202
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert again.json()["input"]["id"] == first.json()["input"]["id"]
+    other = await client.post(
+        f"/v1/loops/{lid}/messages", json={"content": "twice"}, headers=headers
+    )
+    assert other.status_code == 422
+    assert other.json()["type"].endswith("/idempotency-key-reused")
+    listed = (await client.get(f"/v1/loops/{lid}/inputs")).json()["items"]
+    assert len(listed) == 1
+
+
+async def test_bad_mode_is_422_and_changes_nothing(client: httpx.AsyncClient) -> None:
+    lid = (await start(client))["id"]
+    r = await client.post(f"/v1/loops/{lid}/messages", json={"content": "x", "mode": "shout"})
+    assert r.status_code == 422
+    assert (await client.get(f"/v1/loops/{lid}/inputs")).json()["items"] == []
