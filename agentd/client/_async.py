@@ -13,7 +13,16 @@ import httpx
 from httpx_sse import aconnect_sse
 
 from agentd.client import errors, routes, streaming
-from agentd.client.models import EventOut, LoopOut, MessageOut, Page, StreamEvent, ToolCallOut
+from agentd.client.models import (
+    EventOut,
+    InputOut,
+    LoopOut,
+    MessageOut,
+    Page,
+    SentOut,
+    StreamEvent,
+    ToolCallOut,
+)
 from agentd.client.routes import LoopId
 
 R = TypeVar("R")
@@ -138,9 +147,23 @@ class AsyncClient:
         """Events oldest first; pass `int(page.next_cursor)` as `after` for the next page."""
         return await self._do(routes.events(loop_id, after, limit))
 
-    async def send(self, loop_id: LoopId, content: str) -> LoopOut:
-        """Append a user message to a loop at rest and continue it."""
-        return await self._do(routes.send(loop_id, content))
+    async def send(
+        self,
+        loop_id: LoopId,
+        content: str,
+        *,
+        mode: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> SentOut:
+        """Send a user message: a loop at rest continues with it; a working one takes it
+        by `mode` ("queue", the default: when the run ends; "inject": at the next turn
+        boundary; "interrupt": now, cancelling the turn in flight). The loop, plus `input`
+        (pending or applied)."""
+        return await self._do(routes.send(loop_id, content, mode, idempotency_key))
+
+    async def inputs(self, loop_id: LoopId, *, pending: bool = False) -> builtins.list[InputOut]:
+        """The messages sent to the loop, oldest first (only pending ones if asked)."""
+        return await self._do(routes.inputs(loop_id, pending))
 
     async def pause(self, loop_id: LoopId) -> LoopOut:
         return await self._do(routes.action(loop_id, "pause"))

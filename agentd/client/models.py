@@ -5,16 +5,33 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentd.api.schemas import EventOut, LoopOut, MessageOut, Page, ToolCallOut
+from agentd.api.schemas import (
+    EventOut,
+    InputOut,
+    LoopOut,
+    MessageOut,
+    Page,
+    SentOut,
+    ToolCallOut,
+)
 
-__all__ = ["EventOut", "LoopOut", "MessageOut", "Page", "StreamEvent", "ToolCallOut"]
+__all__ = [
+    "EventOut",
+    "InputOut",
+    "LoopOut",
+    "MessageOut",
+    "Page",
+    "SentOut",
+    "StreamEvent",
+    "ToolCallOut",
+]
 
 
 @dataclass(frozen=True)
 class StreamEvent:
     """One Server-Sent Event of GET /v1/loops/{id}/stream.
 
-    `event` is `status`, `delta`, `message` or `approval`; `data` its JSON payload;
+    `event` is `status`, `delta`, `message`, `approval` or `input`; `data` its JSON payload;
     `message` the parsed MessageOut for `message` events.
     """
 

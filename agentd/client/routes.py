@@ -8,7 +8,15 @@ from decimal import Decimal
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
-from agentd.client.models import EventOut, LoopOut, MessageOut, Page, ToolCallOut
+from agentd.client.models import (
+    EventOut,
+    InputOut,
+    LoopOut,
+    MessageOut,
+    Page,
+    SentOut,
+    ToolCallOut,
+)
 from agentd.json_types import JSONValue
 
 LoopId = UUID | str
@@ -97,8 +105,26 @@ def events(loop_id: LoopId, after: int, limit: int) -> Call[Page[EventOut]]:
     )
 
 
-def send(loop_id: LoopId, content: str) -> Call[LoopOut]:
-    return Call("POST", f"/v1/loops/{loop_id}/messages", _loop, json={"content": content})
+def send(
+    loop_id: LoopId, content: str, mode: str | None = None, idempotency_key: str | None = None
+) -> Call[SentOut]:
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    return Call(
+        "POST",
+        f"/v1/loops/{loop_id}/messages",
+        SentOut.model_validate,
+        json=_some(content=content, mode=mode),
+        headers=headers,
+    )
+
+
+def inputs(loop_id: LoopId, pending: bool) -> Call[list[InputOut]]:
+    return Call(
+        "GET",
+        f"/v1/loops/{loop_id}/inputs",
+        lambda d: Page[InputOut].model_validate(d).items,
+        params={"pending": "true"} if pending else {},
+    )
 
 
 def action(loop_id: LoopId, name: str, body: dict[str, Any] | None = None) -> Call[LoopOut]:

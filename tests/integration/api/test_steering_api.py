@@ -3,8 +3,12 @@ stream's `input` frame (no worker runs: the loop stays queued)."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 
+from agentd.db.pool import Pool, connection
+from agentd.store import webhooks
 from tests.integration.api.test_loops_routes import start
 
 
@@ -58,3 +62,24 @@ async def test_bad_mode_is_422_and_changes_nothing(client: httpx.AsyncClient) ->
     r = await client.post(f"/v1/loops/{lid}/messages", json={"content": "x", "mode": "shout"})
     assert r.status_code == 422
     assert (await client.get(f"/v1/loops/{lid}/inputs")).json()["items"] == []
+
+
+async def test_send_writes_a_message_received_webhook_delivery(
+    client: httpx.AsyncClient, pool: Pool
+) -> None:
+    async with connection(pool) as conn:
+        await webhooks.upsert_endpoint(
+            conn, url="http://127.0.0.1:9/hook", events=["loop.message_received"], secret_env="X"
+        )
+    lid = (await start(client))["id"]
+    r = await client.post(f"/v1/loops/{lid}/messages", json={"content": "hi", "mode": "queue"})
+    async with connection(pool) as conn:
+        rows = await conn.fetch("SELECT event_type, payload FROM webhook_deliveries")
+    assert [row["event_type"] for row in rows] == ["loop.message_received"]
+    data = (
+        json.loads(rows[0]["payload"])["data"]
+        if isinstance(rows[0]["payload"], str)
+        else (rows[0]["payload"]["data"])
+    )
+    assert data["input_id"] == r.json()["input"]["id"] and data["mode"] == "queue"
+    assert data["loop_status"] == "queued" and data["sent_by"] == "api"
