@@ -15,12 +15,12 @@ from agentd.api.schemas import (
     CleanStr,
     EventOut,
     ForkLoop,
-    InputOut,
     LoopOut,
     MessageOut,
     Observe,
     Page,
     Resume,
+    SentMessageOut,
     SentOut,
     StartLoop,
     ToolCallOut,
@@ -216,15 +216,15 @@ async def append_message(
         response.headers["Idempotent-Replayed"] = "true"
     if sent.input.status == LoopInputStatus.PENDING:
         response.status_code = 202
-    return SentOut.sent(sent.loop, sent.input)
+    return SentOut.of_send(sent.loop, sent.input)
 
 
-@router.get("/{loop_id}/inputs", summary="Messages sent to the loop", responses=_READ)
-async def list_inputs(
+@router.get("/{loop_id}/sent-messages", summary="Messages sent to the loop", responses=_READ)
+async def list_sent_messages(
     loop_id: UUID,
     request: Request,
     pending: Annotated[bool, Query(description="Only those not applied yet.")] = False,
-) -> Page[InputOut]:
+) -> Page[SentMessageOut]:
     """Every message sent with POST /messages, oldest first: pending ones, and applied ones
     with the transcript message each became."""
     state = app_state(request)
@@ -232,7 +232,7 @@ async def list_inputs(
         if await loops.get(conn, loop_id=loop_id) is None:
             raise LoopNotFound(f"no loop {loop_id}")
         rows = await loop_inputs.list_(conn, loop_id=loop_id, pending_only=pending)
-    return Page[InputOut](items=[InputOut.of(i) for i in rows], next_cursor=None)
+    return Page[SentMessageOut](items=[SentMessageOut.of(i) for i in rows], next_cursor=None)
 
 
 @router.post(

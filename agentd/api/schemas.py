@@ -611,7 +611,7 @@ class CostsOut(BaseModel):
     agents: list[AgentCostOut] = Field(description="Loops created in [since, until), by agent.")
 
 
-class InputOut(BaseModel):
+class SentMessageOut(BaseModel):
     """A message sent to a loop: pending until a turn boundary makes it `message_id`."""
 
     id: int
@@ -626,7 +626,7 @@ class InputOut(BaseModel):
     applied_at: datetime | None
 
     @classmethod
-    def of(cls, i: LoopInput) -> InputOut:
+    def of(cls, i: LoopInput) -> SentMessageOut:
         return cls(
             id=i.id,
             mode=InputMode(i.mode),
@@ -640,10 +640,10 @@ class InputOut(BaseModel):
 
 
 class SentOut(LoopOut):
-    """The loop after a send, and the message sent (`input`)."""
+    """The loop after a send, and the message sent (`sent`)."""
 
-    input: InputOut
+    sent: SentMessageOut
 
     @classmethod
-    def sent(cls, loop: Loop, i: LoopInput) -> SentOut:
-        return cls(**dict(LoopOut.of(loop)), input=InputOut.of(i))
+    def of_send(cls, loop: Loop, i: LoopInput) -> SentOut:
+        return cls(**dict(LoopOut.of(loop)), sent=SentMessageOut.of(i))

@@ -2,14 +2,14 @@
 
 The engine (in this process or any other) publishes JSON on the `agentd_stream` channel at
 commit: `delta` (streamed text), `message` (a committed message id), `status`, `approval`,
-`input` (a message sent to the loop: its input id and mode);
+`sent` (a message sent to the loop: its input id and mode);
 `api/stream_hub.py` fans it out, so an SSE client costs no database connection while it
 waits. `protocol=ag-ui` hands the same feed to `api/agui.py`.
 
 Event ids (for `Last-Event-ID` resumption):
 
 - `m<N>`: a `message` event; N is the message id.
-- `d<N>.<k>`, `s<N>.<k>`, `a<N>.<k>`, `i<N>.<k>`: delta, status, approval and input
+- `d<N>.<k>`, `s<N>.<k>`, `a<N>.<k>`, `i<N>.<k>`: delta, status, approval and sent
   events; N is the highest message id sent on the stream so far, k a counter; while a
   message is being streamed, `.<id>.<chars>` follows: the characters of it this stream
   has shown.
@@ -192,9 +192,9 @@ class LoopStream:
             elif kind == "approval":
                 data = {k: v for k, v in item.items() if k not in ("type", "loop_id")}
                 yield _frame("approval", self._next_id("a"), data)
-            elif kind == "input":  # a message sent to the loop, pending or applied now
+            elif kind == "sent":  # a message sent to the loop, pending or applied now
                 data = {k: v for k, v in item.items() if k not in ("type", "loop_id")}
-                yield _frame("input", self._next_id("i"), data)
+                yield _frame("sent", self._next_id("i"), data)
             elif kind == "status" or item is RESYNC:
                 for frame in await self._catch_up():
                     yield frame
@@ -239,7 +239,7 @@ def _parse_last_event_id(value: str | None) -> Resume | None:
     response_class=StreamingResponse,
     responses={
         200: {
-            "description": "An SSE stream: `status`, `delta`, `message`, `approval`, `input` "
+            "description": "An SSE stream: `status`, `delta`, `message`, `approval`, `sent` "
             "events "
             "(with `protocol=ag-ui`: AG-UI events).",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},

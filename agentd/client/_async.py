@@ -15,10 +15,10 @@ from httpx_sse import aconnect_sse
 from agentd.client import errors, routes, streaming
 from agentd.client.models import (
     EventOut,
-    InputOut,
     LoopOut,
     MessageOut,
     Page,
+    SentMessageOut,
     SentOut,
     StreamEvent,
     ToolCallOut,
@@ -157,13 +157,15 @@ class AsyncClient:
     ) -> SentOut:
         """Send a user message: a loop at rest continues with it; a working one takes it
         by `mode` ("queue", the default: when the run ends; "inject": at the next turn
-        boundary; "interrupt": now, cancelling the turn in flight). The loop, plus `input`
+        boundary; "interrupt": now, cancelling the turn in flight). The loop, plus `sent`
         (pending or applied)."""
         return await self._do(routes.send(loop_id, content, mode, idempotency_key))
 
-    async def inputs(self, loop_id: LoopId, *, pending: bool = False) -> builtins.list[InputOut]:
+    async def sent_messages(
+        self, loop_id: LoopId, *, pending: bool = False
+    ) -> builtins.list[SentMessageOut]:
         """The messages sent to the loop, oldest first (only pending ones if asked)."""
-        return await self._do(routes.inputs(loop_id, pending))
+        return await self._do(routes.sent_messages(loop_id, pending))
 
     async def pause(self, loop_id: LoopId) -> LoopOut:
         return await self._do(routes.action(loop_id, "pause"))

@@ -15,10 +15,10 @@ from agentd.client import errors, routes, streaming
 from agentd.client._async import DEFAULT_URL, _headers
 from agentd.client.models import (
     EventOut,
-    InputOut,
     LoopOut,
     MessageOut,
     Page,
+    SentMessageOut,
     SentOut,
     StreamEvent,
     ToolCallOut,
@@ -149,13 +149,15 @@ class Client:
     ) -> SentOut:
         """Send a user message: a loop at rest continues with it; a working one takes it
         by `mode` ("queue", the default: when the run ends; "inject": at the next turn
-        boundary; "interrupt": now, cancelling the turn in flight). The loop, plus `input`
+        boundary; "interrupt": now, cancelling the turn in flight). The loop, plus `sent`
         (pending or applied)."""
         return self._do(routes.send(loop_id, content, mode, idempotency_key))
 
-    def inputs(self, loop_id: LoopId, *, pending: bool = False) -> builtins.list[InputOut]:
+    def sent_messages(
+        self, loop_id: LoopId, *, pending: bool = False
+    ) -> builtins.list[SentMessageOut]:
         """The messages sent to the loop, oldest first (only pending ones if asked)."""
-        return self._do(routes.inputs(loop_id, pending))
+        return self._do(routes.sent_messages(loop_id, pending))
 
     def pause(self, loop_id: LoopId) -> LoopOut:
         return self._do(routes.action(loop_id, "pause"))

@@ -7,20 +7,20 @@ from typing import Any
 
 from agentd.api.schemas import (
     EventOut,
-    InputOut,
     LoopOut,
     MessageOut,
     Page,
+    SentMessageOut,
     SentOut,
     ToolCallOut,
 )
 
 __all__ = [
     "EventOut",
-    "InputOut",
     "LoopOut",
     "MessageOut",
     "Page",
+    "SentMessageOut",
     "SentOut",
     "StreamEvent",
     "ToolCallOut",
@@ -31,7 +31,7 @@ __all__ = [
 class StreamEvent:
     """One Server-Sent Event of GET /v1/loops/{id}/stream.
 
-    `event` is `status`, `delta`, `message`, `approval` or `input`; `data` its JSON payload;
+    `event` is `status`, `delta`, `message`, `approval` or `sent`; `data` its JSON payload;
     `message` the parsed MessageOut for `message` events.
     """
 

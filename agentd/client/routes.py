@@ -10,10 +10,10 @@ from uuid import UUID
 
 from agentd.client.models import (
     EventOut,
-    InputOut,
     LoopOut,
     MessageOut,
     Page,
+    SentMessageOut,
     SentOut,
     ToolCallOut,
 )
@@ -118,11 +118,11 @@ def send(
     )
 
 
-def inputs(loop_id: LoopId, pending: bool) -> Call[list[InputOut]]:
+def sent_messages(loop_id: LoopId, pending: bool) -> Call[list[SentMessageOut]]:
     return Call(
         "GET",
-        f"/v1/loops/{loop_id}/inputs",
-        lambda d: Page[InputOut].model_validate(d).items,
+        f"/v1/loops/{loop_id}/sent-messages",
+        lambda d: Page[SentMessageOut].model_validate(d).items,
         params={"pending": "true"} if pending else {},
     )
 

@@ -335,7 +335,7 @@ class Lifecycle:
         )
         await events.publish(
             conn,
-            {"type": "input", "loop_id": str(loop.id), "input_id": sent.id, "mode": mode},
+            {"type": "sent", "loop_id": str(loop.id), "input_id": sent.id, "mode": mode},
         )
         at_rest = loop.status not in ACTIVE
         if not at_rest and mode != InputMode.INTERRUPT:

@@ -90,7 +90,7 @@ async def test_sigkill_between_accept_and_apply_applies_each_message_once_in_ord
                     headers={"Idempotency-Key": key},
                 )
                 assert r.status_code == 202, r.text
-                return r.json()["input"]
+                return r.json()["sent"]
 
             q1 = await send("Q1", "queue", "q1")
             i1 = await send("I1", "inject", "i1")
@@ -112,7 +112,7 @@ async def test_sigkill_between_accept_and_apply_applies_each_message_once_in_ord
                 return (await loop_row(pool, loop_id))["status"] == "completed"
 
             await poll(completed, within=30, what="loop completed")
-            inputs = (await http.get(f"/v1/loops/{loop_id}/inputs")).json()["items"]
+            inputs = (await http.get(f"/v1/loops/{loop_id}/sent-messages")).json()["items"]
     assert [(i["id"], i["status"]) for i in inputs] == [
         (q1["id"], "applied"),
         (i1["id"], "applied"),

@@ -95,7 +95,7 @@ def test_send_carries_the_mode_and_idempotency_key_and_parses_the_input() -> Non
     seen: list[httpx.Request] = []
     sent = {
         **LOOP,
-        "input": {
+        "sent": {
             "id": 7,
             "mode": "inject",
             "status": "pending",
@@ -114,8 +114,8 @@ def test_send_carries_the_mode_and_idempotency_key_and_parses_the_input() -> Non
     with Client("http://agentd", "tok", transport=httpx.MockTransport(handler)) as agentd:
         out = agentd.send(LOOP["id"], "use metric", mode="inject", idempotency_key="s-1")
         plain = agentd.send(LOOP["id"], "hi")
-    assert out.input.id == 7 and out.input.status == "pending" and out.status == "queued"
-    assert plain.input.mode == "inject"
+    assert out.sent.id == 7 and out.sent.status == "pending" and out.status == "queued"
+    assert plain.sent.mode == "inject"
     first, second = seen
     assert first.headers["Idempotency-Key"] == "s-1"
     assert json.loads(first.content) == {"content": "use metric", "mode": "inject"}

@@ -1,5 +1,5 @@
-"""POST /v1/loops/{id}/messages with `mode` and Idempotency-Key, GET /inputs, and the
-stream's `input` frame (no worker runs: the loop stays queued)."""
+"""POST /v1/loops/{id}/messages with `mode` and Idempotency-Key, GET /sent-messages and the
+webhook (no worker runs: the loop stays queued)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ async def test_send_to_a_queued_loop_is_202_pending_and_listed(client: httpx.Asy
     assert r.status_code == 202, r.text
     body = r.json()
     assert body["id"] == lid and body["status"] == "queued"
-    assert body["input"]["mode"] == "inject" and body["input"]["status"] == "pending"
-    assert body["input"]["message_id"] is None and body["input"]["sent_by"] == "api"
-    listed = (await client.get(f"/v1/loops/{lid}/inputs", params={"pending": True})).json()
-    assert [i["id"] for i in listed["items"]] == [body["input"]["id"]]
+    assert body["sent"]["mode"] == "inject" and body["sent"]["status"] == "pending"
+    assert body["sent"]["message_id"] is None and body["sent"]["sent_by"] == "api"
+    listed = (await client.get(f"/v1/loops/{lid}/sent-messages", params={"pending": True})).json()
+    assert [i["id"] for i in listed["items"]] == [body["sent"]["id"]]
     events = (await client.get(f"/v1/loops/{lid}/events")).json()["items"]
     assert "loop.message_received" in [e["name"] for e in events]
 
@@ -32,7 +32,7 @@ async def test_interrupt_of_a_queued_loop_applies_at_once(client: httpx.AsyncCli
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["status"] == "queued" and body["status_reason"] == "interrupted"
-    assert body["input"]["status"] == "applied" and body["input"]["message_id"] > 0
+    assert body["sent"]["status"] == "applied" and body["sent"]["message_id"] > 0
     items = (await client.get(f"/v1/loops/{lid}/messages")).json()["items"]
     assert [(m["role"], m["content"]) for m in items][-1] == ("user", "now")
 
@@ -47,13 +47,13 @@ async def test_idempotency_key_replays_the_first_send_and_refuses_another_body(
     again = await client.post(f"/v1/loops/{lid}/messages", json=body, headers=headers)
     assert first.status_code == again.status_code == 202
     assert again.headers.get("idempotent-replayed") == "true"
-    assert again.json()["input"]["id"] == first.json()["input"]["id"]
+    assert again.json()["sent"]["id"] == first.json()["sent"]["id"]
     other = await client.post(
         f"/v1/loops/{lid}/messages", json={"content": "twice"}, headers=headers
     )
     assert other.status_code == 422
     assert other.json()["type"].endswith("/idempotency-key-reused")
-    listed = (await client.get(f"/v1/loops/{lid}/inputs")).json()["items"]
+    listed = (await client.get(f"/v1/loops/{lid}/sent-messages")).json()["items"]
     assert len(listed) == 1
 
 
@@ -61,7 +61,7 @@ async def test_bad_mode_is_422_and_changes_nothing(client: httpx.AsyncClient) ->
     lid = (await start(client))["id"]
     r = await client.post(f"/v1/loops/{lid}/messages", json={"content": "x", "mode": "shout"})
     assert r.status_code == 422
-    assert (await client.get(f"/v1/loops/{lid}/inputs")).json()["items"] == []
+    assert (await client.get(f"/v1/loops/{lid}/sent-messages")).json()["items"] == []
 
 
 async def test_send_writes_a_message_received_webhook_delivery(
@@ -81,5 +81,5 @@ async def test_send_writes_a_message_received_webhook_delivery(
         if isinstance(rows[0]["payload"], str)
         else (rows[0]["payload"]["data"])
     )
-    assert data["input_id"] == r.json()["input"]["id"] and data["mode"] == "queue"
+    assert data["input_id"] == r.json()["sent"]["id"] and data["mode"] == "queue"
     assert data["loop_status"] == "queued" and data["sent_by"] == "api"
