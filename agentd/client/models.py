@@ -5,23 +5,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agentd.api.routes_schedules import ScheduleOut
+from agentd.api.routes_state import StateOut
+from agentd.api.routes_webhooks import DeliveryOut, EndpointOut
 from agentd.api.schemas import (
+    CostsOut,
     EventOut,
+    InputRequestOut,
     LoopOut,
     MessageOut,
     Page,
+    ProvidersOut,
     SentMessageOut,
     SentOut,
     ToolCallOut,
 )
 
 __all__ = [
+    "CostsOut",
+    "DeliveryOut",
+    "EndpointOut",
     "EventOut",
+    "InputRequestOut",
     "LoopOut",
     "MessageOut",
     "Page",
+    "ProvidersOut",
+    "ScheduleOut",
     "SentMessageOut",
     "SentOut",
+    "StateOut",
     "StreamEvent",
     "ToolCallOut",
 ]
