@@ -49,6 +49,12 @@ def _state(request: Request) -> AppState:
     return state
 
 
+def _actor(request: Request) -> str:
+    """Who acts, as decisions and sends record it: `admin:<token name>`."""
+    session = getattr(request.state, "admin_session", None)
+    return f"admin:{getattr(session, 'name', None) or 'operator'}"
+
+
 def parse_uuid(value: str) -> UUID | None:
     try:
         return UUID(value.strip())
@@ -458,7 +464,7 @@ async def continue_loop(request: Request, loop_id: str) -> Response:
         return render.redirect(request, back, flash=("error", f"Unknown mode {mode!r}."))
     try:
         sent = await state.lifecycle.send(
-            ident, _field(form, "content"), mode=mode, sent_by="admin"
+            ident, _field(form, "content"), mode=mode, sent_by=_actor(request)
         )
     except DatabaseError:
         raise  # an outage or a bug, not a mistake in the form: the API's handlers answer
@@ -548,7 +554,7 @@ async def _decide(request: Request, tool_call_id: str, decision: str) -> Respons
             call.id,
             approve=decision == "approve",
             reason=_field(form, "reason") or None,
-            decided_by="admin",
+            decided_by=_actor(request),
             arguments=arguments,
         )
     except DatabaseError:

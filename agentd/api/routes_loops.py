@@ -8,7 +8,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Header, Query, Request, Response
 
-from agentd.api import idempotency, pagination, problems
+from agentd.api import auth, idempotency, pagination, problems
 from agentd.api.schemas import (
     AppendMessage,
     AtMessage,
@@ -210,7 +210,7 @@ async def append_message(
         request_hash=(
             idempotency.request_hash(body.model_dump(mode="json")) if idempotency_key else None
         ),
-        sent_by="api",
+        sent_by=auth.caller(request),
     )
     if sent.replayed:
         response.headers["Idempotent-Replayed"] = "true"

@@ -118,9 +118,9 @@ async def test_continue_a_loop_at_rest_with_a_message(
         sent = await loop_inputs.list_(conn, loop_id=loop.id)
     # the paused loop took the earlier two first, in the order they were sent
     assert [(i.content, i.status, i.sent_by) for i in sent] == [
-        ("more", "applied", "admin"),
-        ("x", "applied", "admin"),
-        ("and then?", "applied", "admin"),
+        ("more", "applied", "admin:operator"),
+        ("x", "applied", "admin:operator"),
+        ("and then?", "applied", "admin:operator"),
     ]
     no_csrf = await operator.client.post(url, data={"content": "sneaky", "csrf": "forged"})
     assert no_csrf.status_code == 403

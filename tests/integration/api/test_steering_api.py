@@ -19,7 +19,7 @@ async def test_send_to_a_queued_loop_is_202_pending_and_listed(client: httpx.Asy
     body = r.json()
     assert body["id"] == lid and body["status"] == "queued"
     assert body["sent"]["mode"] == "inject" and body["sent"]["status"] == "pending"
-    assert body["sent"]["message_id"] is None and body["sent"]["sent_by"] == "api"
+    assert body["sent"]["message_id"] is None and body["sent"]["sent_by"] == "api:operator"
     listed = (await client.get(f"/v1/loops/{lid}/sent-messages", params={"pending": True})).json()
     assert [i["id"] for i in listed["items"]] == [body["sent"]["id"]]
     events = (await client.get(f"/v1/loops/{lid}/events")).json()["items"]
@@ -82,4 +82,4 @@ async def test_send_writes_a_message_received_webhook_delivery(
         else (rows[0]["payload"]["data"])
     )
     assert data["input_id"] == r.json()["sent"]["id"] and data["mode"] == "queue"
-    assert data["loop_status"] == "queued" and data["sent_by"] == "api"
+    assert data["loop_status"] == "queued" and data["sent_by"] == "api:operator"
