@@ -289,3 +289,47 @@ async def stream(
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+_AGUI_POST = {
+    200: {
+        "description": "The AG-UI events of the run the input started (as the GET stream).",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    },
+    **problems.responses(400, 401, 403, 404, 409, 413, 422, 503),
+}
+
+
+@router.post(
+    "/loops/{loop_id}/stream",
+    summary="AG-UI input: continue the thread (RunAgentInput), answered with its run's events",
+    response_class=StreamingResponse,
+    responses=_AGUI_POST,
+)
+async def agui_input(
+    loop_id: UUID,
+    body: agui.RunInput,
+    request: Request,
+    protocol: Annotated[
+        Literal["ag-ui"],
+        Query(description="Only `ag-ui`: this POST is the AG-UI endpoint's (docs/api.md)."),
+    ] = "ag-ui",
+) -> Response:
+    """The AG-UI `HttpAgent` endpoint of one loop: `threadId` must be the loop id. New user
+    messages are sent to the loop (a loop at rest continues; a working one gets them
+    queued), `state` is merged while it rests, and the answer is the AG-UI stream of the
+    run (RUN_STARTED ... RUN_FINISHED)."""
+    return await agui.run(request, body, agent=None, loop_id=loop_id)
+
+
+@router.post(
+    "/agents/{agent}/ag-ui",
+    summary="AG-UI input: start or continue a thread of an agent (RunAgentInput)",
+    response_class=StreamingResponse,
+    responses=_AGUI_POST,
+)
+async def agui_agent_input(agent: str, body: agui.RunInput, request: Request) -> Response:
+    """The AG-UI `HttpAgent` endpoint of an agent: a new `threadId` (a UUID) starts a loop
+    with that id and the first user message; a known one continues it as the loop's own
+    endpoint does."""
+    return await agui.run(request, body, agent=agent, loop_id=None)

@@ -25,6 +25,7 @@ from agentd.engine import approval_edits, dispatch, forks, inputs, loop_limits, 
 from agentd.errors import (
     AlreadyDecided,
     BadRequest,
+    Conflict,
     IdempotencyKeyReused,
     InvalidTransition,
     LoopNotFound,
@@ -216,26 +217,57 @@ class Lifecycle:
         observe: bool = False,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
+        loop_id: uuid.UUID | None = None,
+        message_key: str | None = None,
     ) -> Loop:
-        """Start a loop inside the caller's transaction (the scheduler's tick uses this)."""
+        """Start a loop inside the caller's transaction (the scheduler's tick uses this).
+
+        `loop_id`: the new loop's id (an AG-UI thread's; Conflict if it exists).
+        `message_key`: the first message is recorded as a sent message with this
+        idempotency key, so sending it again later adds nothing (api/agui.py)."""
         cls = self.registry.get(agent)  # UnknownAgent before anything is written
         if not isinstance(message, str) or not message.strip():
             raise BadRequest("message must be a non-empty string")
         key, limit = _concurrency(cls, concurrency_key, concurrency_limit)
         token = uuid.uuid4()
-        loop = await loops.insert(
-            conn,
-            agent=agent,
-            subject=subject,
-            state=state or {},
-            execution_token=token,
-            title=title,
-            observed=observe,
-        )
+        if loop_id is None:
+            loop = await loops.insert(
+                conn,
+                agent=agent,
+                subject=subject,
+                state=state or {},
+                execution_token=token,
+                title=title,
+                observed=observe,
+            )
+        else:
+            made = await loops.insert_with_id(
+                conn,
+                loop_id=loop_id,
+                agent=agent,
+                subject=subject,
+                state=state or {},
+                execution_token=token,
+                title=title,
+                observed=observe,
+            )
+            if made is None:
+                raise Conflict(f"a loop {loop_id} exists already")
+            loop = made
         if key is not None and limit is not None:
             # Before the job is claimable: the claim must see the key with the job.
             loop = await loops.set_concurrency(conn, loop_id=loop.id, key=key, limit=limit) or loop
-        await messages.insert(conn, loop_id=loop.id, role="user", content=message)
+        if message_key is None:
+            await messages.insert(conn, loop_id=loop.id, role="user", content=message)
+        else:
+            await loop_inputs.insert(
+                conn,
+                loop_id=loop.id,
+                mode=InputMode.QUEUE,
+                content=message,
+                idempotency_key=message_key,
+            )
+            await loop_inputs.apply(conn, loop_id=loop.id, everything=True)
         await dispatch.enqueue_llm(
             conn,
             None,

@@ -43,6 +43,24 @@ async def insert(
     return Loop.from_record(rec)
 
 
+async def insert_with_id(
+    conn: Connection,
+    *,
+    loop_id: UUID,
+    agent: str,
+    subject: str | None,
+    state: dict[str, Any],
+    execution_token: UUID,
+    title: str | None = None,
+    observed: bool = False,
+) -> Loop | None:
+    """A new loop with this id, or None if one exists."""
+    rec = await conn.fetchrow(
+        sql("loop_insert_with_id"), agent, subject, state, execution_token, title, observed, loop_id
+    )
+    return _loop(rec)
+
+
 async def get(conn: Connection, *, loop_id: UUID) -> Loop | None:
     return _loop(await conn.fetchrow(sql("loop_get"), loop_id))
 

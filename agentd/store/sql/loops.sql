@@ -5,6 +5,15 @@ INSERT INTO loops (agent, subject, state, status, execution_token, title, observ
 VALUES ($1, $2, $3, 'queued', $4, $5, $6)
 RETURNING *;
 
+-- name: loop_insert_with_id :one
+-- Lifecycle start of an AG-UI thread (its threadId is the loop id); no fence (new row).
+-- No row back: a loop with that id exists (a concurrent start of the same thread).
+-- $1 agent text · $2 subject text · $3 state jsonb · $4 execution_token uuid · $5 title text · $6 observed bool · $7 id uuid
+INSERT INTO loops (id, agent, subject, state, status, execution_token, title, observed)
+VALUES ($7, $1, $2, $3, 'queued', $4, $5, $6)
+ON CONFLICT (id) DO NOTHING
+RETURNING *;
+
 -- name: loop_get :one
 -- Readers (API, engine); no fence.
 -- $1 id uuid
