@@ -12,8 +12,10 @@ import pytest
 from agentd.db.pool import Pool, connection
 from agentd.errors import AlreadyDecided, IdempotencyKeyReused
 from agentd.mcp.toolset import Toolset
+from agentd.pipeline.llm.network_calling import NetworkCalling
 from agentd.registry import AgentRegistry
 from agentd.store import events, jobs, loop_inputs, loops, messages, tool_calls
+from agentd.testing.agents import CalcAgent
 from agentd.testing.engine import eventually, running_engine
 from agentd.testing.fake_llm import FakeLLM, Reply, Rule, ToolCall
 from agentd.testing.fake_mcp import FakeMcpServer
@@ -317,3 +319,53 @@ async def test_send_to_a_stopped_loop_flushes_earlier_pending_messages_first(
         assert sent.input.status == "applied"
         await eventually(lambda: _status_is(pool, loop.id, "completed"))
     assert [c for r, c in await _visible(pool, loop.id) if r == "user"] == ["START", "Q1", "Q2"]
+
+
+RELEASE = asyncio.Event()
+
+
+class CompleteUnlessAsked:
+    """Completes the loop itself (ctx.complete_loop) unless the last message says MORE;
+    waits for RELEASE first, so a test can send a message while the turn runs."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, ctx: Any) -> None:
+        rows, _ = await ctx.prompt_inputs()
+        if rows[-1].content != "MORE":
+            await RELEASE.wait()
+            await ctx.complete_loop()
+            return
+        await self.app(ctx)
+
+
+class HostCompletingAgent(CalcAgent):
+    @classmethod
+    def configure_llm_middlewares(cls, builder: Any) -> None:
+        builder.insert_before(NetworkCalling, CompleteUnlessAsked)
+
+
+async def test_host_driven_completion_goes_on_with_a_pending_message(
+    pool: Pool, database_url: str, fake_llm: FakeLLM
+) -> None:
+    RELEASE.clear()
+    fake_llm.add(Rule(match="MORE", reply=Reply(content="more it is")))
+    registry = AgentRegistry()
+    registry.register("host", HostCompletingAgent)
+    async with running_engine(pool, database_url, registry) as engine:
+        loop = await engine.lifecycle.start(
+            agent="host", message="START", state={"llm": fake_llm.base_url}
+        )
+        await eventually(lambda: _status_is(pool, loop.id, "running"))
+        sent = await engine.lifecycle.send(loop.id, "MORE", mode="queue")
+        assert sent.input.status == "pending"
+        RELEASE.set()
+        await eventually(lambda: _status_is(pool, loop.id, "completed"))
+    assert await _visible(pool, loop.id) == [
+        ("user", "START"),
+        ("user", "MORE"),
+        ("assistant", "more it is"),
+    ]
+    row = await _loop(pool, loop.id)
+    assert row.steer_pending == 0 and row.status_reason == "model_finished"
