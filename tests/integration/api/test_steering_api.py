@@ -3,13 +3,21 @@ webhook (no worker runs: the loop stays queued)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import Any
 
 import httpx
+from fastapi import FastAPI
 
 from agentd.db.pool import Pool, connection
+from agentd.registry import AgentRegistry
 from agentd.store import webhooks
+from agentd.testing.engine import running_engine
+from agentd.testing.fake_llm import FakeLLM, Reply, Rule
+from tests.integration.api.test_agui import AUTH
 from tests.integration.api.test_loops_routes import start
+from tests.integration.api.test_streams import read_events
 
 
 async def test_send_to_a_queued_loop_is_202_pending_and_listed(client: httpx.AsyncClient) -> None:
@@ -83,3 +91,36 @@ async def test_send_writes_a_message_received_webhook_delivery(
     )
     assert data["input_id"] == r.json()["sent"]["id"] and data["mode"] == "queue"
     assert data["loop_status"] == "queued" and data["sent_by"] == "api:operator"
+
+
+async def test_the_live_stream_shows_the_send_and_then_the_applied_message(
+    app: FastAPI,
+    live_server: Any,
+    fake_llm: FakeLLM,
+    pool: Pool,
+    database_url: str,
+    registry: AgentRegistry,
+) -> None:
+    fake_llm.add(Rule(match="START", reply=Reply(content="first", delay_before_first_byte=1.5)))
+    fake_llm.add(Rule(match="LATER", reply=Reply(content="second")))
+    async with (
+        live_server(app) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=AUTH, timeout=30) as client,
+    ):
+        r = await client.post(
+            "/v1/loops",
+            json={"agent": "calc", "message": "START", "state": {"llm": fake_llm.base_url}},
+        )
+        lid = r.json()["id"]
+        async with running_engine(pool, database_url, registry):
+            reader = asyncio.create_task(read_events(client, lid))
+            await fake_llm.wait_for_requests(1)
+            sent = await client.post(f"/v1/loops/{lid}/messages", json={"content": "LATER"})
+            assert sent.status_code == 202
+            events = await asyncio.wait_for(reader, 30)
+    kinds = [(e.get("event"), e.get("data", {})) for e in events]
+    (i,) = [n for n, (k, _) in enumerate(kinds) if k == "sent"]
+    assert kinds[i][1] == {"input_id": sent.json()["sent"]["id"], "mode": "queue"}
+    later = [n for n, (k, d) in enumerate(kinds) if k == "message" and d["content"] == "LATER"]
+    assert later and later[0] > i
+    assert kinds[-1][0] == "status" and kinds[-1][1]["status"] == "completed"
