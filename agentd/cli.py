@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from agentd import __about__, event_loop, heap, logs
+from agentd import __about__, event_loop, logs
 from agentd.api.serve import HttpServer
 from agentd.db.startup import Interrupted, open_database, ready_url
 from agentd.errors import (
@@ -282,7 +282,6 @@ async def _up(settings: Settings, args: argparse.Namespace) -> int:
                 queues=list(QUEUES),
             )
             app = process_app(settings, pool, url, registry, engine, token)
-            heap.settle()
             log.info("agentd.up", host=settings.host, port=server.port, agents=registry.names())
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(engine.run(stop), name="engine")
@@ -315,7 +314,6 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
                 stacks=Stacks(),
                 queues=list(settings.queues),
             )
-            heap.settle()
             if probe is None:
                 await engine.run(stop)
                 return 0
@@ -350,7 +348,6 @@ async def _api(settings: Settings, args: argparse.Namespace) -> int:
             await _require_current(pool)
             token = _token(settings)
             app = process_app(settings, pool, url, registry, None, token)
-            heap.settle()
             await server.serve(app, stop)
     finally:
         server.close()
@@ -363,8 +360,12 @@ async def _require_current(pool: Pool) -> None:
 
     async with connection(pool) as conn:
         pending = await migrate.pending(conn)
-    if pending:
-        names = ", ".join(f"{m.version:04d}_{m.name}" for m in pending)
+        functions = await migrate.pending_functions(conn)
+    if pending or functions:
+        names = ", ".join(
+            [f"{m.version:04d}_{m.name}" for m in pending]
+            + [f"functions/{f.name}" for f in functions]
+        )
         raise ConfigError(f"database has pending migrations ({names}); run `agentd migrate`")
 
 

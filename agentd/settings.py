@@ -347,8 +347,8 @@ class Settings(BaseSettings):
     @classmethod
     def _long_enough(cls, v: timedelta | None) -> timedelta | None:
         # A worker's wire-log hint lives an hour and a part stored again is touched after
-        # an hour (pipeline/wire.py, migrations/0010): a shorter retention could prune a
-        # part a new request is about to reference.
+        # an hour (pipeline/wire.py, sql/functions/wire_parts.sql): a shorter retention
+        # could prune a part a new request is about to reference.
         if v is not None and v < timedelta(hours=2):
             raise ValueError("wire_log_retention must be at least PT2H (or off)")
         return v

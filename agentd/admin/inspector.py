@@ -23,9 +23,10 @@ from agentd.agent import Agent, LoopView, agent_mcp_configs
 from agentd.api import hygiene
 from agentd.api.state import AppState
 from agentd.db.pool import connection, transaction
-from agentd.mcp.client import PREFIX_SEPARATOR, McpClient, McpTool, ToolOutcome
+from agentd.mcp.client import PREFIX_SEPARATOR, McpClient
 from agentd.mcp.config import McpServerConfig
 from agentd.mcp.port import CallContext
+from agentd.mcp.records import McpTool, ToolOutcome
 from agentd.store import events, loops, mcp, tool_calls
 from agentd.store.models import Loop, NewEvent
 

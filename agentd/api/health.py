@@ -38,8 +38,12 @@ async def readyz(request: Request) -> JSONResponse:
             async with connection(state.pool) as conn:
                 await workers.ping(conn)
                 checks["database"] = "ok"
-                current = await migrate.is_current(conn)
-            checks["migrations"] = "current" if current else "pending"
+                try:
+                    current = await migrate.is_current(conn)
+                    checks["migrations"] = "current" if current else "pending"
+                except migrate.MigrationChanged:
+                    current = False
+                    checks["migrations"] = "changed"
             ready = ready and current
             missing = await unconsumed_queues(state.pool)
             checks["unconsumed_queues"] = missing

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import sys
@@ -111,7 +112,6 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     from agentd.client import AsyncClient
     from agentd.db.listener import Listener
     from agentd.db.pool import connection
-    from agentd.db.startup import open_database
     from agentd.demo.agent import TripAgent
     from agentd.engine.service import Engine
     from agentd.pipeline.stacks import Stacks
@@ -149,7 +149,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         config = workdir / "agents.toml"
         config.write_text(f'[agents.{AGENT}]\nclass = "agentd.demo.agent:TripAgent"\n')
         worker_log = workdir / "worker.log"
-        pool, url = await stack.enter_async_context(open_database(settings, migrate_first=True))
+        pool, url = await _open_database(stack, settings)
         where = (
             "embedded PostgreSQL in " + str(settings.data_dir)
             if not settings.database_url
@@ -325,3 +325,18 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
     return result
+
+
+async def _open_database(stack: contextlib.AsyncExitStack, settings: Settings) -> tuple[Pool, str]:
+    from agentd.db.migrate import MigrationChanged
+    from agentd.db.startup import open_database
+
+    try:
+        return await stack.enter_async_context(open_database(settings, migrate_first=True))
+    except MigrationChanged:
+        if settings.database_url:
+            raise
+        # The demo's embedded database is its own scratch space: one made by an earlier
+        # development build (its migrations since squashed or edited) is made anew.
+        await asyncio.to_thread(shutil.rmtree, settings.data_dir, True)
+        return await stack.enter_async_context(open_database(settings, migrate_first=True))

@@ -7,8 +7,8 @@ through the chain the worker offers it), `after(loop_id, generation)` is asked: 
 call still runs on that token — no lifecycle action (regenerate, pause/resume, continue,
 edit) rotated it since, and such actions are the only writes that change a stored row of
 the prompt — does the chained prefetch read just the rows after the last id held
-(migrations/0010); everything added since (the answer, tool results, a summary) has a
-larger id. Anything else — a claim, a
+(store/sql/functions/turn_prefetch.sql); everything added since (the answer, tool results,
+a summary) has a larger id. Anything else — a claim, a
 token mismatch, an evicted entry, a restart, another worker's turn — reads in full.
 
 Guarantee: the merged rows are what a full read would return (tests/integration/long_loops).

@@ -23,14 +23,12 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentd.mcp.config import McpServerConfig
+from agentd.mcp.records import Exchange, McpTool, SessionInfo
 
-if TYPE_CHECKING:  # McpClient.call_tool uses this module: its types only for the checker
-    from agentd.mcp.client import Exchange, McpTool, SessionInfo
-
-    Opened = tuple[SessionInfo, list[McpTool], list[Exchange]]
+Opened = tuple[SessionInfo, list[McpTool], list[Exchange]]
 
 #: Set in a shared session's stored metadata: the session ender passes such rows over.
 SHARED_KEY = "shared"

@@ -8,16 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from agentd.errors import ConfigError, McpError, UnknownTool
 from agentd.mcp import shared_sessions
-from agentd.mcp.client import (
-    Exchange,
-    McpClient,
-    McpTool,
-    SessionInfo,
-    ToolOutcome,
-    runs_tasks,
-)
+from agentd.mcp.client import McpClient, runs_tasks
 from agentd.mcp.config import McpServerConfig
 from agentd.mcp.port import CallContext
+from agentd.mcp.records import Exchange, McpTool, SessionInfo, ToolOutcome
 
 if TYPE_CHECKING:
     import httpx

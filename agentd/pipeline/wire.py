@@ -6,9 +6,9 @@ request's manifest plus ranges of its pieces and the keys of new ones — and ev
 and manifest is a content-addressed part of the loop (`wire_parts`, key = the first 16
 bytes of the SHA-256 of its stored text). The event carries the parts this process does
 not know to be stored already (a trigger on `events` moves them into `wire_parts`,
-migrations/0010) and `body_ref` {manifest, sha256 of the body, bytes, redacted}. Reading
-it back (store/events.py) rebuilds the exact text and checks the hash. So a turn writes
-O(its new messages), not O(history), and redacts only its new pieces.
+sql/functions/wire_parts.sql) and `body_ref` {manifest, sha256 of the body, bytes,
+redacted}. Reading it back (store/events.py) rebuilds the exact text and checks the hash.
+So a turn writes O(its new messages), not O(history), and redacts only its new pieces.
 
 The per-process cache (loop → the last stored request: its manifest, its pieces' texts and
 keys) is a hint: only the pieces it does not know are hashed, redacted and written; a miss

@@ -1,6 +1,7 @@
 """Concurrency-key counters: how many loops hold a slot under each key (read-only here).
 
-The claim (job_claim_llm) takes slots and a loops trigger gives them back (migration 0006).
+The claim (job_claim_llm) takes slots and a loops trigger gives them back
+(sql/functions/concurrency_slots.sql).
 """
 
 from __future__ import annotations

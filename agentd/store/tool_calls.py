@@ -140,7 +140,7 @@ def finish_document(
     `chain_tools` False (with `chain_after`): the chained turn's read leaves out the loop's
     MCP tools and sessions, which the worker holds."""
     cp = checkpoint
-    # One named document (its fields are declared in migrations/0024's function); json
+    # One named document (its fields are declared in store/sql/functions/tool_call_finish.sql); json
     # values stay json, a uuid goes as its string (the json codec writes it).
     finish = {
         "id": tool_call_id,

@@ -18,6 +18,7 @@ few seconds and passes if it answered 200.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -62,6 +63,10 @@ SKIPPED: dict[tuple[str, str], str] = {
         "agentd up --config agentd.toml",
     ): "starts a server in the foreground; this test starts its own",
     ("docs/deployment.md", "docker"): "needs docker",
+    (
+        "docs/testing.md",
+        "agentd fake-llm --port 9000",
+    ): "starts a server in the foreground; tests/unit/test_examples.py runs it with the rules",
     ("docs/deployment.md", "kubectl"): "needs a Kubernetes cluster",
     (
         "docs/observability.md",
@@ -75,6 +80,14 @@ SKIPPED: dict[tuple[str, str], str] = {
         "examples/agentd-example-plugin/README.md",
         "NOTES_LLM_BASE_URL=",
     ): ("needs the example plugin installed (pip install); this test's `notes` agent stands in"),
+    (
+        "examples/mcp-server/README.md",
+        "agentd fake-llm --port 9000 &",
+    ): "starts a server; this test starts its own",
+    (
+        "examples/mcp-server/README.md",
+        "agentd up --config",
+    ): "starts a server; this test starts its own, with the example's MCP server and agent",
     (
         "examples/stdio-agent/README.md",
         "agentd fake-llm --port 9000 &",
@@ -136,8 +149,15 @@ def test_every_skip_names_a_doc_command() -> None:
 TOKEN = "doc-commands-token"
 
 
-def config(llm: int, hook: int) -> str:
+def config(llm: int, hook: int, inventory: int) -> str:
     fake = f'dialect = "open_ai"\nbase_url = "http://127.0.0.1:{llm}"\nmodel = "fake-model"\n'
+    # examples/mcp-server's agent, its model and MCP server moved to this test's ports
+    shop = (
+        (ROOT / "examples" / "mcp-server" / "agentd.toml")
+        .read_text()
+        .replace("http://127.0.0.1:9000", f"http://127.0.0.1:{llm}")
+        .replace("http://127.0.0.1:9100/mcp", f"http://127.0.0.1:{inventory}/mcp")
+    )
     agents = "".join(
         f"[agents.{name}]\n{fake}" for name in ("writer", "researcher", "reporter", "notes")
     )
@@ -162,7 +182,8 @@ url = "http://127.0.0.1:{hook}/hook"  # nothing listens: each delivery fails at 
 events = ["loop.completed"]
 secret_env = "DOC_WEBHOOK_SECRET"
 max_attempts = 1
-"""
+
+{shop}"""
 
 
 class Fleet:
@@ -272,8 +293,8 @@ def is_live_stream(command: str) -> bool:
 
 @pytest.fixture
 def server(database_url: str, tmp_path: Path) -> Iterator[tuple[int, dict[str, str]]]:
-    api, llm, hook = free_port(), free_port(), free_port()
-    (tmp_path / "agentd.toml").write_text(config(llm, hook))
+    api, llm, hook, inventory = free_port(), free_port(), free_port(), free_port()
+    (tmp_path / "agentd.toml").write_text(config(llm, hook, inventory))
     env = clean_env(
         AGENTD_DATABASE_URL=database_url,
         AGENTD_DATA_DIR=str(tmp_path / "data"),
@@ -288,6 +309,17 @@ def server(database_url: str, tmp_path: Path) -> Iterator[tuple[int, dict[str, s
     procs = [
         subprocess.Popen(
             [str(bin_), "fake-llm", "--port", str(llm)], env=env, stdout=out, stderr=out
+        ),
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "examples" / "mcp-server" / "server.py"),
+                "--port",
+                str(inventory),
+            ],
+            env=env,
+            stdout=out,
+            stderr=out,
         ),
         subprocess.Popen(
             [str(bin_), "up", "--config", str(tmp_path / "agentd.toml")],
@@ -374,3 +406,39 @@ def test_every_doc_command_runs(server: tuple[int, dict[str, str]]) -> None:
         failures
     )
     assert ran > 30, ran
+
+
+@pytest.mark.slow
+def test_the_mcp_server_example_works_as_its_readme_says(
+    server: tuple[int, dict[str, str]],
+) -> None:
+    """examples/mcp-server: the README's loop calls the example server's tool through
+    agentd, and a reservation waits for its approval (the server here is the example's
+    server.py, the agent its agentd.toml, on this test's ports)."""
+    _, env = server
+    http = httpx.Client(
+        base_url=env["AGENTD"], headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
+    )
+    fleet = Fleet(http)
+    readme = (ROOT / "examples" / "mcp-server" / "README.md").read_text()
+    start = next(c for c in commands("examples/mcp-server/README.md") if "-X POST" in c)
+    body = json.loads(re.search(r"-d '(.*?)'", start, re.S).group(1))  # type: ignore[union-attr]
+    assert body["agent"] == "shop"
+    loop = fleet.start(body["agent"], body["message"])
+    fleet.wait(loop, "completed")
+    messages = http.get(f"/v1/loops/{loop}/messages").json()["items"]
+    tool = next(m for m in messages if m["role"] == "tool")
+    assert tool["content"] == "12"  # the server's answer, as the README says
+    assert "answered: 12" in messages[-1]["content"]
+
+    # "A message `/call inventory__reserve {...}` parks the loop until someone approves"
+    reserve = re.search(r"`(/call inventory__reserve \{.*?\})`", readme).group(1)  # type: ignore[union-attr]
+    loop = fleet.start("shop", reserve)
+    fleet.wait(loop, "waiting")
+    (call,) = http.get(f"/v1/loops/{loop}/approvals").json()["items"]
+    assert http.post(f"/v1/tool-calls/{call['id']}/approve").status_code == 200
+    fleet.wait(loop, "completed")
+    messages = http.get(f"/v1/loops/{loop}/messages").json()["items"]
+    tool = next(m for m in messages if m["role"] == "tool")
+    assert tool["content"] == "reserved 2 of A-100; 10 left"
+    http.close()

@@ -197,7 +197,7 @@ def test_dockerignore_keeps_the_context_small_but_sufficient() -> None:
         "pyproject.toml",
         "README.md",
         "agentd/cli.py",
-        "migrations/0001_initial.sql",
+        "migrations/0001_baseline.sql",
         "examples/agentd-example-plugin/pyproject.toml",
     ):
         assert not ignored(needed), needed
@@ -253,7 +253,8 @@ def test_build_stage_wheel_ships_migrations_and_the_command(tmp_path: Path) -> N
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         entry_points = next(zf.read(n).decode() for n in names if n.endswith("entry_points.txt"))
-    assert "agentd/_migrations/0001_initial.sql" in names
+    assert "agentd/_migrations/0001_baseline.sql" in names
+    assert "agentd/store/sql/functions/tool_call_finish.sql" in names
     assert "agentd/cli.py" in names
     assert "agentd = agentd.cli:main" in entry_points
     assert not any(n.startswith(("tests/", "migrations/")) for n in names)

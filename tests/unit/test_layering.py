@@ -28,7 +28,7 @@ FLOORS: list[set[str]] = [
     {"mcp", "store"},
     {"observability", "db"},
     {"llm", "logs", "settings"},
-    {"__about__", "builder", "errors", "event_loop", "heap", "json_types", "redact", "states"},
+    {"__about__", "builder", "errors", "event_loop", "json_types", "redact", "states"},
 ]
 FLOOR = {unit: level for level, units in enumerate(FLOORS) for unit in units}
 

@@ -1,10 +1,10 @@
 """ResponseCreation: the tool message, and the turn's continuation.
 
 Position: last. In ONE round trip and one commit (store/sql/tool_calls.sql
-`tool_call_finish`, the function of migrations/0022; shared with the ends of other tool
-calls that arrive while one is being written, engine/finish_batch.py), under the loop's
-row lock and fenced by the generation and the call's lease token: records the result
-ToolExecution handed over (ctx.metadata["checkpoint"], when it folded its checkpoint into
+`tool_call_finish`, the function of sql/functions/tool_call_finish.sql; shared with the
+ends of other tool calls that arrive while one is being written, engine/finish_batch.py),
+under the loop's row lock and fenced by the generation and the call's lease token: records
+the result ToolExecution handed over (ctx.metadata["checkpoint"], when it folded its checkpoint into
 this statement), inserts the `tool` message, marks the call responded, then sequential:
 enqueues the next unresolved call in model order; and in both modes the completion gate —
 the job that records the last result enqueues the next LLM turn, so N parallel calls queue

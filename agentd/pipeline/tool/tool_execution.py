@@ -29,8 +29,9 @@ from agentd.agent import agent_mcp_configs
 from agentd.db.pool import connection, transaction
 from agentd.engine.context import ToolContext
 from agentd.errors import FenceLost, McpError, ToolError
-from agentd.mcp.client import TASK_TERMINAL, McpClient, ToolOutcome
+from agentd.mcp.client import TASK_TERMINAL, McpClient
 from agentd.mcp.port import CallContext, idempotency_key
+from agentd.mcp.records import ToolOutcome
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.tool import waiting
 from agentd.pipeline.tool.response_creation import ResponseCreation

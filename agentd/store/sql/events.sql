@@ -105,13 +105,13 @@ SELECT coalesce(max(id), 0)::bigint FROM events;
 
 -- name: event_wire_parts :many
 -- Reading a loop's events: every wire part of the loop, to rebuild new-form request bodies
--- (migrations/0010); no fence.
+-- (functions/wire_parts.sql); no fence.
 -- $1 loop_id uuid
 SELECT encode(key, 'hex') AS key, body FROM wire_parts WHERE loop_id = $1;
 
 -- name: event_prune_wire :val
 -- Janitor (wire-log retention); one batch of llm.request / mcp.* events older than the
--- cutoff, oldest first, along events_wire_created (migrations/0011); no fence.
+-- cutoff, oldest first, along events_wire_created (migrations/0001_baseline.sql); no fence.
 -- $1 cutoff timestamptz · $2 batch int
 WITH d AS (
     DELETE FROM events WHERE id IN (

@@ -67,7 +67,7 @@ SELECT c.id AS job_id, c.loop_id AS job_loop_id, (j.id IS NOT NULL) AS job_taken
 FROM c LEFT JOIN j ON true LEFT JOIN l ON true
 -- The turn's context, prefetched so a steady-state turn reads nothing else (snapshot of
 -- this statement; the job's enqueuer committed everything the turn reads): see
--- agentd_turn_prefetch (migrations/0009), which a chained turn's prefetch shares.
+-- agentd_turn_prefetch (functions/turn_prefetch.sql), which a chained turn's prefetch shares.
 LEFT JOIN LATERAL agentd_turn_prefetch(l.id) pf ON l.id IS NOT NULL;
 
 -- name: job_claim_tool :one

@@ -72,7 +72,7 @@ RETURNING *;
 -- leased to worker_id, one lease token each, and get no job: the finalizing worker runs
 -- them itself (the state a claim would leave); returned as leased_calls. A frozen loop's
 -- calls are all queued, as the claim would not take them.
--- Cost and speed (0012): cost (null: no price) is added to the loop's cost, or counted in
+-- Cost and speed: cost (null: no price) is added to the loop's cost, or counted in
 -- cost_unpriced_turns; the message carries its own figures in metadata.usage.
 -- Discovery (mcp_sessions/mcp_tools set: a turn over shared MCP sessions left its
 -- discovery to this statement): written by agentd_mcp_discovery_write, as
@@ -413,7 +413,7 @@ SELECT reltuples::bigint FROM pg_class WHERE oid = 'loops'::regclass;
 -- Compaction, in the transaction that writes the summary; fence: status running AND
 -- execution_token = $2. The loop goes back to queued on a new generation ($3) for the turn
 -- that uses the summary; step_count is not advanced (a compaction is not a model step).
--- The summary's cost ($8, null: no price) rolls up as a turn's does (0012).
+-- The summary's cost ($8, null: no price) rolls up as a turn's does.
 -- $1 id uuid · $2 execution_token uuid · $3 new_token uuid · $4 tokens_prompt int · $5 tokens_completion int · $6 tokens_cached int · $7 tokens_estimated bool · $8 cost numeric|null · $9 tokens_reasoning int
 UPDATE loops
 SET status = 'queued', status_reason = 'compacted', execution_token = $3,

@@ -157,7 +157,7 @@ WITH f AS (
     WHERE l.id = (SELECT f.loop_id FROM f) AND l.execution_token = f.execution_token
     FOR NO KEY UPDATE OF l
 ), w AS (
-    -- migrations/0024: written as the finalize of a turn over shared sessions writes them
+    -- functions/mcp_discovery.sql: written as the finalize of a turn over shared sessions writes them
     SELECT w.tool FROM lk, f, agentd_mcp_discovery_record(lk.id, f.sessions, f.tools) AS w(tool)
 ), ev AS (
     INSERT INTO events (loop_id, name, reason, http_method, url, status, request_data,

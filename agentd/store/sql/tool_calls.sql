@@ -54,8 +54,8 @@ RETURNING *;
 
 -- name: tool_call_finish :one
 -- ResponseCreation, the whole end of a tool call in one round trip: the function
--- (migrations/0021, from one jsonb document whose fields it declares; the positional
--- signatures of 0008-0017 stay for older workers) locks the loop, checks every fence
+-- (store/sql/functions/tool_call_finish.sql, from one jsonb document whose fields it
+-- declares) locks the loop, checks every fence
 -- before writing (generation, this lease, unanswered, and with `checkpoint` not yet
 -- executed), optionally checkpoints the result, inserts the `tool` message, marks the call
 -- responded, then reads the unresolved siblings under the lock: sequential, the next one's
@@ -69,7 +69,7 @@ SELECT * FROM agentd_tool_call_finish($1::jsonb);
 
 -- name: tool_call_finish_many :many
 -- Several ends of tool calls in one round trip and one commit (engine/finish_batch.py):
--- `tool_call_finish` for each document, in loop-id order (migrations/0023); `idx` is the
+-- `tool_call_finish` for each document, in loop-id order (functions/tool_call_finish.sql); `idx` is the
 -- document's place in the array. One document's failure fails them all (nothing written).
 -- $1 finishes jsonb (an array of tool_call_finish documents)
 SELECT * FROM agentd_tool_call_finish_many($1::jsonb);

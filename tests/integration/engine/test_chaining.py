@@ -413,46 +413,6 @@ async def test_finish_queues_the_turn_when_it_cannot_chain(pool: Pool, why: str)
         assert job["queue"] == "llm" and job["generation"] == stored.execution_token
 
 
-# What workers before 0021 send (`tool_call_finish` now sends one jsonb document): the
-# positional signatures stay for them during a rolling upgrade.
-POSITIONAL_FINISH = """SELECT * FROM agentd_tool_call_finish(
-    $1::bigint, $2::uuid, $3::uuid, $4::uuid, $5::bool, $6::text, $7::jsonb, $8::bool,
-    $9::text, $10::float8, $11::bool, $12::uuid, $13::text, $14::float8, $15::float8,
-    $16::bool, $17::bool, $18::uuid[], $19::text[], $20::text[], $21::text[], $22::text[],
-    $23::int[], $24::jsonb[], $25::jsonb[], $26::float8[], $27::text[], $28::bigint[],
-    $29::bigint[], $30::bigint[], $31::bool[], $32::uuid, $33::bigint)"""
-
-
-async def test_the_older_finish_signature_never_chains(pool: Pool) -> None:
-    # Code of the previous release calls the 0008 signature during a rolling upgrade.
-    old = POSITIONAL_FINISH.replace(", $32::uuid, $33::bigint)", ")")
-    async with connection(pool) as conn:
-        row, call = await _one_call(conn)
-        rec = await conn.fetchrow(
-            old, call.id, row.id, call.lease_token, row.execution_token, True, "3", None,
-            True, None, 0.01, False, uuid.uuid4(), "tools_resolved", 40.0, 30.0, False,
-            False, [], [], [], [], [], [], [], [], [], [], [], [], [], [],
-        )  # fmt: skip
-        assert rec is not None and rec["outcome"] == "ok" and rec["llm_jobs"] == 1
-        assert "chained_loop" not in rec.keys()  # noqa: SIM118 (a Record: `in` reads values)
-
-
-async def test_the_0009_signature_still_chains_with_a_full_read(pool: Pool) -> None:
-    # Workers of the release before 0010 call the 32-argument form: chained, full history.
-    old = POSITIONAL_FINISH.replace(", $33::bigint)", ")")
-    worker = uuid.uuid4()
-    async with connection(pool) as conn:
-        row, call = await _one_call(conn)
-        rec = await conn.fetchrow(
-            old, call.id, row.id, call.lease_token, row.execution_token, True, "3", None,
-            True, None, 0.01, False, uuid.uuid4(), "tools_resolved", 40.0, 30.0, False,
-            False, [], [], [], [], [], [], [], [], [], [], [], [], [], [], worker,
-        )  # fmt: skip
-    assert rec is not None and rec["outcome"] == "ok" and rec["chained_loop"] is not None
-    assert [m["role"] for m in rec["prefetch_messages"]] == ["user", "assistant", "tool"]
-    assert "prefetch_after" not in rec.keys()  # noqa: SIM118 (a Record: `in` reads values)
-
-
 async def test_a_delta_finish_returns_only_rows_after_the_given_id(pool: Pool) -> None:
     async with connection(pool) as conn:
         row, call = await _one_call(conn)

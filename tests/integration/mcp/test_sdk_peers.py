@@ -13,9 +13,10 @@ from mcp_peer_process import PeerProcess
 
 from agentd.db.pool import Pool, connection
 from agentd.mcp import server_facts
-from agentd.mcp.client import Exchange, McpClient
+from agentd.mcp.client import McpClient
 from agentd.mcp.config import McpServerConfig
 from agentd.mcp.http import HttpTransport
+from agentd.mcp.records import Exchange
 from agentd.mcp.toolbox import open_toolbox
 from agentd.registry import AgentRegistry
 from agentd.store import loops, mcp, tool_calls

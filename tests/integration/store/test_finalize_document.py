@@ -1,7 +1,6 @@
 """The two finalizes take one jsonb document (loops.finalize_turn_all, tool_calls.finish):
 awkward values (NULLs, unicode, text that is valid JSON, nested json, large ints, floats)
-are stored exactly as the positional parameters stored them; the positional
-`agentd_tool_call_finish` stays callable for the previous release's workers."""
+are stored exactly as given."""
 
 from __future__ import annotations
 
@@ -211,28 +210,3 @@ async def test_turn_and_tool_finalize_round_trip_awkward_values(pool: Pool) -> N
         ("tool.result", NESTED, STORED, None),
         ("tool.done", None, None, fin.message_id),
     ]
-
-    # An older worker still ends call 1 through 0017's positional signature: the last
-    # answer puts the loop back to queued with the next turn's job.
-    new_token = uuid.uuid4()
-    async with connection(pool) as conn:
-        rec = await conn.fetchrow(
-            "SELECT * FROM agentd_tool_call_finish("
-            "$1::bigint, $2::uuid, $3::uuid, $4::uuid, $5::bool, $6::text, $7::jsonb,"
-            " $8::bool, $9::text, $10::float8, $11::bool, $12::uuid, $13::text, $14::float8,"
-            " $15::float8, $16::bool, $17::bool, $18::uuid[], $19::text[], $20::text[],"
-            " $21::text[], $22::text[], $23::int[], $24::jsonb[], $25::jsonb[],"
-            " $26::float8[], $27::text[], $28::bigint[], $29::bigint[], $30::bigint[],"
-            " $31::bool[], $32::uuid, $33::bigint)",
-            tcs[1]["id"], loop_id, own[1], token, True, UNICODE, NESTED, True, None, 1.0,
-            False, new_token, "tool_results", 30.0, 30.0, False, False,
-            [loop_id], ["tool.old"], [None], [None], [None], [None], [None], [JSON_TEXT],
-            [None], [None], [None], [None], [None], [True], None, None,
-        )  # fmt: skip
-        assert rec["outcome"] == "ok" and rec["llm_jobs"] == 1
-        lp = await conn.fetchrow("SELECT * FROM loops WHERE id = $1", loop_id)
-        old = await conn.fetchrow("SELECT * FROM events WHERE name = 'tool.old'")
-        call1 = await conn.fetchrow("SELECT * FROM tool_calls WHERE id = $1", tcs[1]["id"])
-    assert lp["status"] == "queued" and lp["execution_token"] == new_token
-    assert old["response_data"] == JSON_TEXT and old["message_id"] == rec["message_id"]
-    assert call1["result"] == STORED and call1["structured_result"] == NESTED

@@ -1,4 +1,5 @@
-"""The end of a tool call writes one new version of the call's row (migrations/0022)."""
+"""The end of a tool call writes one new version of the call's row
+(agentd/store/sql/functions/tool_call_finish.sql)."""
 
 from __future__ import annotations
 

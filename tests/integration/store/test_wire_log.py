@@ -1,5 +1,5 @@
 """The wire log stores each request as sent, as a reference to its loop's shared parts
-(pipeline/wire.py, migrations/0010): reading it back rebuilds the exact bytes and the
+(pipeline/wire.py, sql/functions/wire_parts.sql): reading it back rebuilds the exact bytes and the
 SHA-256 recorded when they were sent verifies them — across prompts that extend, get
 compacted, regenerated or forked, turns that rolled back, and a process that lost its
 hints — while each turn writes only its new pieces; secrets are stored redacted."""

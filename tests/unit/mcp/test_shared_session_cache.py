@@ -10,8 +10,8 @@ import pytest
 
 from agentd.errors import McpError
 from agentd.mcp import shared_sessions
-from agentd.mcp.client import SessionInfo
 from agentd.mcp.config import McpServerConfig
+from agentd.mcp.records import SessionInfo
 
 CONFIG = McpServerConfig(name="web", url="http://tools.invalid/mcp", session="process")
 

@@ -1,18 +1,14 @@
--- The end of a tool call writes ONE new version of the call's row instead of two: the
--- jsonb overload of agentd_tool_call_finish (0021) inserted the tool message, then updated
--- the call twice when a checkpoint was folded in (the result, then the response); here the
--- message is inserted first and the result and the response go in one UPDATE (one heap
--- tuple, one set of index entries, one WAL record fewer per call). Same fences, same lock
--- order (the loop row, then the call, both FOR NO KEY UPDATE), same writes, same returned
--- columns: re-implemented with the same behaviour for its callers (docs/upgrading.md rule
--- 2). The positional signatures are untouched.
-CREATE OR REPLACE FUNCTION agentd_tool_call_finish(p_finish jsonb)
-RETURNS TABLE (outcome text, message_id bigint, tool_jobs int, llm_jobs int,
-               executed_at timestamptz, chained_loop json, prefetch_messages json,
-               prefetch_tool_calls json, prefetch_mcp_tools jsonb,
-               prefetch_mcp_sessions jsonb, prefetch_backoffs jsonb,
-               prefetch_after bigint)
-LANGUAGE plpgsql VOLATILE AS $$
+-- The end of a tool call, from one named document whose fields are declared at the top of
+-- the body: the fences (the loop row, then the call, both FOR NO KEY UPDATE), the result
+-- message, the call's one new row version, the successor jobs, the events it carries and,
+-- when it resolves the turn's last call, the loop's next LLM turn handed straight to the
+-- caller's worker (a chained turn, with its context read by agentd_turn_prefetch_after).
+-- agentd_tool_call_finish_many writes several ends in one statement (engine/finish_batch.py),
+-- each through the one-call function, in loop-id order so two batches lock loops alike.
+
+CREATE OR REPLACE FUNCTION agentd_tool_call_finish(p_finish jsonb) RETURNS TABLE(outcome text, message_id bigint, tool_jobs integer, llm_jobs integer, executed_at timestamp with time zone, chained_loop json, prefetch_messages json, prefetch_tool_calls json, prefetch_mcp_tools jsonb, prefetch_mcp_sessions jsonb, prefetch_backoffs jsonb, prefetch_after bigint)
+    LANGUAGE plpgsql
+    AS $$
 DECLARE
     f record;
     lp loops%ROWTYPE;
@@ -40,6 +36,7 @@ BEGIN
         notify_llm boolean, notify_tool boolean,
         chain_worker uuid,            -- non-null: claim the next turn for this worker
         chain_after bigint,           -- with it: prefetch only the messages after this id
+        chain_tools boolean,          -- false (with chain_after): no MCP tools or sessions
         events jsonb                  -- array, one object per event: see the insert below
     );
     SELECT * INTO lp FROM loops WHERE id = f.loop_id FOR NO KEY UPDATE;
@@ -150,10 +147,27 @@ BEGIN
         RETURN QUERY SELECT 'ok'::text, v_msg, v_tool_jobs, v_llm_jobs, tc.executed_at,
             to_json(lp), pf.history, pf.history_calls, pf.tools, pf.sessions, pf.backoffs,
             pf.after_id
-        FROM agentd_turn_prefetch_after(f.loop_id, f.chain_after) pf;
+        FROM agentd_turn_prefetch_after(f.loop_id, f.chain_after,
+                                        coalesce(f.chain_tools, true)) pf;
         RETURN;
     END IF;
     RETURN QUERY SELECT 'ok'::text, v_msg, v_tool_jobs, v_llm_jobs, tc.executed_at,
         NULL::json, NULL::json, NULL::json, NULL::jsonb, NULL::jsonb, NULL::jsonb, NULL::bigint;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION agentd_tool_call_finish_many(p_finishes jsonb) RETURNS TABLE(idx integer, outcome text, message_id bigint, tool_jobs integer, llm_jobs integer, executed_at timestamp with time zone, chained_loop json, prefetch_messages json, prefetch_tool_calls json, prefetch_mcp_tools jsonb, prefetch_mcp_sessions jsonb, prefetch_backoffs jsonb, prefetch_after bigint)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    d record;
+BEGIN
+    FOR d IN
+        SELECT e.value AS doc, (e.ordinality - 1)::int AS i
+        FROM jsonb_array_elements(p_finishes) WITH ORDINALITY AS e
+        ORDER BY e.value->>'loop_id', e.ordinality
+    LOOP
+        RETURN QUERY SELECT d.i, f.* FROM agentd_tool_call_finish(d.doc) AS f;
+    END LOOP;
 END
 $$;
