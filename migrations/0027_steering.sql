@@ -23,7 +23,7 @@ CREATE TABLE IF NOT EXISTS loop_inputs (
     mode             text NOT NULL CHECK (mode IN ('queue', 'inject', 'interrupt')),
     content          text NOT NULL,
     status           text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'applied')),
-    message_id       bigint REFERENCES messages (id) ON DELETE SET NULL,
+    message_id       bigint,  -- no foreign key: one hot table (loops) per migration
     idempotency_key  text,
     request_hash     bytea,
     sent_by          text,
@@ -36,6 +36,3 @@ CREATE INDEX IF NOT EXISTS loop_inputs_pending ON loop_inputs (loop_id, id)
 CREATE INDEX IF NOT EXISTS loop_inputs_loop ON loop_inputs (loop_id, id);
 CREATE UNIQUE INDEX IF NOT EXISTS loop_inputs_idempotency_key
     ON loop_inputs (loop_id, idempotency_key) WHERE idempotency_key IS NOT NULL;
--- The foreign key's ON DELETE SET NULL looks inputs up by message.
-CREATE INDEX IF NOT EXISTS loop_inputs_message ON loop_inputs (message_id)
-    WHERE message_id IS NOT NULL;
