@@ -44,7 +44,7 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentd.api import auth
+from agentd.api import auth, hygiene
 from agentd.api.problems import ApiProblem
 from agentd.api.routes_loops import app_state
 from agentd.api.stream_hub import (
@@ -565,10 +565,10 @@ class RunInput(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    threadId: str = Field(max_length=200, description="The loop id (a UUID).")
-    runId: str = Field(max_length=200)
-    state: Any = None
-    messages: list[dict[str, Any]] = Field(default_factory=list, max_length=10_000)
+    threadId: hygiene.CleanStr = Field(max_length=200, description="The loop id (a UUID).")
+    runId: hygiene.CleanStr = Field(max_length=200)
+    state: hygiene.JsonObject | None = None
+    messages: list[hygiene.JsonObject] = Field(default_factory=list, max_length=10_000)
 
 
 def _text(content: Any) -> str:
@@ -607,8 +607,6 @@ async def run(
             f"threadId {thread} is not this loop ({loop_id})",
             problem_type="validation-error",
         )
-    if body.state is not None and not isinstance(body.state, dict):
-        raise ApiProblem(422, "state must be an object", problem_type="validation-error")
     state = app_state(request)
     async with connection(state.pool) as conn:
         loop = await loops.get(conn, loop_id=thread)
