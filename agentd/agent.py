@@ -64,6 +64,9 @@ class Agent:
     max_tokens: int | None = None
     reasoning_strategies: ClassVar[list[str] | None] = None
     sequential_tool_calls: bool = False
+    # Most tool calls one model answer may ask for; more fails the loop, nothing run.
+    # None: AGENTD_MAX_TOOL_CALLS_PER_TURN.
+    max_tool_calls_per_turn: int | None = None
     max_steps: int | None = 50
     max_duration: float | None = None  # seconds for one turn; None = settings default
     refresh_mcp_tools: bool = True

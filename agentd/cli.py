@@ -11,7 +11,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from agentd import __about__, event_loop, logs
-from agentd.api.serve import HttpServer
+from agentd.api.serve import HeadLimits, HttpServer
 from agentd.db.startup import Interrupted, open_database, ready_url
 from agentd.errors import (
     AddressInUse,
@@ -269,7 +269,7 @@ async def _up(settings: Settings, args: argparse.Namespace) -> int:
 
     stop = _stop_on_signals()
     registry = _registry(settings)
-    server = HttpServer(settings.host, settings.port)
+    server = HttpServer(settings.host, settings.port, limits=HeadLimits.from_settings(settings))
     try:
         async with open_database(settings, migrate_first=True, stop=stop) as (pool, url):
             token = _token(settings)
@@ -299,7 +299,12 @@ async def _worker(settings: Settings, args: argparse.Namespace) -> int:
     registry = _registry(settings)
     # Bound first, as the API's port is: a taken probe port is one clear error at once.
     probe = (
-        HttpServer(settings.host, settings.metrics_port, setting="AGENTD_METRICS_PORT")
+        HttpServer(
+            settings.host,
+            settings.metrics_port,
+            setting="AGENTD_METRICS_PORT",
+            limits=HeadLimits.from_settings(settings),
+        )
         if settings.metrics_port
         else None
     )
@@ -342,7 +347,7 @@ async def _api(settings: Settings, args: argparse.Namespace) -> int:
 
     stop = _stop_on_signals()
     registry = _registry(settings)
-    server = HttpServer(settings.host, settings.port)
+    server = HttpServer(settings.host, settings.port, limits=HeadLimits.from_settings(settings))
     try:
         async with open_database(settings, migrate_first=False, stop=stop) as (pool, url):
             await _require_current(pool)

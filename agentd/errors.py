@@ -11,7 +11,7 @@ AgentdError
     InvalidTransition · AlreadyDecided
   PreconditionFailed · PreconditionRequired
   BadRequest
-    InputInvalid · IdempotencyKeyReused
+    InputInvalid · StateTooLarge · IdempotencyKeyReused
   LimitExceeded
     MaxStepsExceeded · MaxDurationExceeded · TokenBudgetExceeded · CostBudgetExceeded
   LLMError
@@ -22,6 +22,7 @@ AgentdError
     DatabaseUnavailable
       SchemaChanged · DatabaseMissing
   AddressInUse
+  TooManyToolCalls   a model answer over max_tool_calls_per_turn (the loop fails)
 FenceLost   control flow, not failure: a stale generation lost its fence
 ```
 
@@ -142,6 +143,20 @@ class IdempotencyKeyReused(BadRequest):
 
     problem_type = "idempotency-key-reused"
     status = 422
+
+
+class TooManyToolCalls(AgentdError):
+    """The model asked for more tool calls in one answer than the agent allows."""
+
+    problem_type = "too-many-tool-calls"
+    status = 422
+
+
+class StateTooLarge(BadRequest):
+    """The loop's state would be larger than AGENTD_MAX_STATE_BYTES."""
+
+    problem_type = "state-too-large"
+    status = 413
 
 
 class LimitExceeded(AgentdError):

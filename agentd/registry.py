@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from agentd import logs, redact
+from agentd import known_secrets, logs, redact
 from agentd.agent import Agent, LoopView
 from agentd.errors import ConfigError, UnknownAgent
 from agentd.settings import PriceConfig
@@ -82,6 +82,7 @@ class AgentConfig(BaseModel):
     streaming: bool = False
     read_timeout: float | None = Field(None, gt=0)
     sequential_tool_calls: bool = False
+    max_tool_calls_per_turn: int | None = Field(None, ge=1)
     max_steps: int | None = Field(50, ge=1)
     max_duration: float | None = Field(None, gt=0)
     llm_params: dict[str, Any] = Field(default_factory=dict)
@@ -142,6 +143,14 @@ def agent_from_config(name: str, raw: dict[str, Any]) -> type[Agent]:
                 problems.append(f"{loc}: {err['msg']}")
         raise ConfigError(f"[agents.{name}]: " + "; ".join(problems)) from None
     entries = cfg.mcps
+    # Its MCP credentials are known from the start (known_secrets covers the rest).
+    redact.remember(
+        *(os.environ.get(e.api_token_env, "") for e in entries if e.api_token_env),
+        *(s for e in entries for s in known_secrets.header_secrets(e.headers)),
+        *(known_secrets.url_password(e.url) for e in entries),
+        *(s for e in entries for s in known_secrets.header_secrets(e.env or {})),
+        pin=True,
+    )
 
     class ConfiguredAgent(Agent):
         dialect = cfg.dialect
@@ -153,6 +162,7 @@ def agent_from_config(name: str, raw: dict[str, Any]) -> type[Agent]:
         streaming = cfg.streaming
         read_timeout = cfg.read_timeout
         sequential_tool_calls = cfg.sequential_tool_calls
+        max_tool_calls_per_turn = cfg.max_tool_calls_per_turn
         max_steps = cfg.max_steps
         max_duration = cfg.max_duration
         llm_params = cfg.llm_params

@@ -175,6 +175,28 @@ class Settings(BaseSettings):
         "(on `host`). 0: off.",
     )
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body.")
+    max_header_bytes: int = Field(
+        32_768,
+        ge=1024,
+        description="Largest request head (request line and headers, in bytes); a longer "
+        "one is answered 431 and its connection closed, unread.",
+    )
+    max_headers: int = Field(100, ge=8, description="Most header fields in a request; more: 431.")
+    max_url_bytes: int = Field(
+        8192, ge=256, description="Longest request URL (path and query, in bytes); longer: 414."
+    )
+    max_state_bytes: int = Field(
+        262_144,
+        ge=1024,
+        description="Largest loop state (UTF-8 bytes of its JSON), at start and after a PATCH "
+        "/state; larger: 413 state-too-large, nothing written.",
+    )
+    max_streams_per_token: int = Field(
+        100,
+        ge=1,
+        description="Streams (GET /v1/loops/{id}/stream, GET /v1/events as SSE) one token "
+        "may hold open in one API process; one more is answered 429 with Retry-After.",
+    )
     max_tool_result_bytes: int = Field(
         262_144,
         ge=1024,
@@ -183,6 +205,12 @@ class Settings(BaseSettings):
     )
 
     # --- worker
+    max_tool_calls_per_turn: int = Field(
+        128,
+        ge=1,
+        description="Most tool calls one model answer may ask for (an agent's "
+        "max_tool_calls_per_turn overrides it); more fails the loop, nothing run.",
+    )
     llm_concurrency: int = Field(64, ge=1, description="LLM turns in flight per process.")
     tool_concurrency: int = Field(32, ge=1, description="Tool calls in flight per process.")
     queues: Annotated[list[str], NoDecode] = Field(

@@ -433,7 +433,12 @@ async def save_state(request: Request, loop_id: str) -> Response:
     try:
         patch = loop_state.diff(current.state, edited)
         row, changed = await loop_state.patch(
-            state.pool, ident, patch, if_match=int(version), by="admin"
+            state.pool,
+            ident,
+            patch,
+            if_match=int(version),
+            by="admin",
+            max_bytes=state.settings.max_state_bytes,
         )
     except ValueError as exc:
         return render.redirect(request, back, flash=("error", str(exc)))

@@ -41,7 +41,7 @@ from typing import Any
 from uuid import UUID
 
 from fastapi import Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentd.api import auth, hygiene
@@ -51,6 +51,7 @@ from agentd.api.stream_hub import (
     END,
     KEEPALIVE_SECONDS,
     DeltaCursor,
+    HeldStream,
     StreamHub,
     Subscription,
     newest_assistant,
@@ -62,7 +63,7 @@ from agentd.errors import LoopNotFound
 from agentd.json_types import JSONObject, JSONValue
 from agentd.llm import prices
 from agentd.states import LoopStatus
-from agentd.store import loops, messages, tool_calls
+from agentd.store import loops, messages
 from agentd.store.models import Loop, Message, ToolCall
 
 AGUI_VERSION = "1.0"
@@ -331,10 +332,10 @@ class AguiStream:
         ]
 
     async def _catch_up(self) -> list[str]:
-        async with connection(self.state.pool) as conn:
-            rows = await messages.list_after(conn, loop_id=self.loop.id, after_id=self.floor)
-            fresh = [m for m in rows if m.id not in self.sent]
-            calls = await tool_calls.list_for_loop(conn, loop_id=self.loop.id) if fresh else []
+        pool, loop_id = self.state.pool, self.loop.id
+        rows = await self.hub.messages_after(pool, loop_id, self.floor)
+        fresh = [m for m in rows if m.id not in self.sent]
+        calls = await self.hub.tool_calls(pool, loop_id) if fresh else []
         by_message: dict[int, list[ToolCall]] = {}
         for c in calls:
             by_message.setdefault(c.message_id, []).append(c)
@@ -407,8 +408,7 @@ class AguiStream:
         return [*frames, self._frame(last, last=True)]
 
     async def _reload(self) -> Loop | None:
-        async with connection(self.state.pool) as conn:
-            row = await loops.get(conn, loop_id=self.loop.id)
+        row = await self.hub.loop(self.state.pool, self.loop.id)
         if row is not None:
             self.loop = row
         return row
@@ -423,8 +423,7 @@ class AguiStream:
             await self.hub.unsubscribe(self.sub)
 
     async def _start(self, rows: list[Message]) -> list[str]:
-        async with connection(self.state.pool) as conn:
-            calls = await tool_calls.list_for_loop(conn, loop_id=self.loop.id)
+        calls = await self.hub.tool_calls(self.state.pool, self.loop.id)
         visible = [m for m in rows if not m.hidden]
         return [
             self._frame(
@@ -440,8 +439,7 @@ class AguiStream:
         ]
 
     async def _frames(self) -> AsyncIterator[str]:
-        async with connection(self.state.pool) as conn:
-            rows = await messages.list_(conn, loop_id=self.loop.id, include_hidden=True)
+        rows = await self.hub.transcript(self.state.pool, self.loop.id)
         shell = streaming_partial(rows)
         rows = [m for m in rows if not m.hidden]
         resume = self.resume
@@ -540,8 +538,7 @@ async def stream(request: Request, loop_id: UUID, last_event_id: str | None) -> 
     sub = await hub.subscribe(loop_id)
     try:
         # As the agentd stream: read after LISTEN is up; write only to turn observing on.
-        async with connection(state.pool) as conn:
-            loop = await loops.get(conn, loop_id=loop_id)
+        loop = await hub.loop(state.pool, loop_id)
         if loop is None:
             raise LoopNotFound(f"no loop {loop_id}")
         if not loop.observed and loop.status not in END:
@@ -549,10 +546,11 @@ async def stream(request: Request, loop_id: UUID, last_event_id: str | None) -> 
     except BaseException:
         await hub.unsubscribe(sub)
         raise
-    return StreamingResponse(
+    return HeldStream(
         AguiStream(request, sub, loop, resume).frames(),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        on_close=[lambda: hub.unsubscribe(sub)],
     )
 
 

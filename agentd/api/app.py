@@ -17,10 +17,11 @@ from fastapi.security import HTTPBearer
 from pydantic import TypeAdapter
 from starlette.routing import BaseRoute
 
-from agentd import __about__, redact
+from agentd import __about__, known_secrets, redact
 from agentd.api import (
     auth,
     body_limit,
+    events_tail,
     headers,
     health,
     json_body,
@@ -77,10 +78,17 @@ def create_api(state: AppState) -> FastAPI:
         redoc_url=None,
     )
     app.state.agentd = state
-    redact.remember(
-        state.api_token, *(t.get_secret_value() for t in state.settings.read_tokens), pin=True
-    )  # an echoed token is masked in events and logs, in any encoding
-    app.state.stream_hub = stream_hub.StreamHub(state.database_url)
+    # An echoed token, provider key, MCP credential or webhook secret is masked wherever
+    # text is redacted (events, logs, the transcript faces), in any encoding.
+    redact.remember(state.api_token, pin=True)
+    known_secrets.remember_configured(state.settings, state.registry)
+    app.state.stream_hub = stream_hub.StreamHub(
+        state.database_url, read_slots=max(1, state.settings.db_pool_max // 2)
+    )
+    app.state.stream_slots = stream_hub.StreamSlots(state.settings.max_streams_per_token)
+    app.state.events_tail = events_tail.FeedTail(
+        state.pool, interval=routes_events.POLL_SECONDS, settle=routes_events.SETTLE_SECONDS
+    )
     app.state.metrics = metrics.Metrics(state)
     outages = problems.install(app)
 

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agentd import logs
+from agentd import logs, redact
 from agentd.errors import AgentdError, DatabaseError, DatabaseUnavailable, SchemaChanged
 from agentd.json_types import JSONValue
 
@@ -40,6 +40,7 @@ _HTTP_TITLES = {
     415: ("unsupported-media-type", "Unsupported media type."),
     422: ("validation-error", "The request is invalid."),
     428: ("precondition-required", "This change needs an If-Match header."),
+    429: ("too-many-requests", "Too many requests; retry after Retry-After seconds."),
     500: ("internal", "agentd failed."),
     503: ("database-unavailable", "The database cannot be reached."),
 }
@@ -91,6 +92,9 @@ def problem_response(
     for key, value in extra.items():
         if key not in body:
             body[key] = value
+    # A detail may quote a tool's, a provider's or a person's text: no known secret leaves
+    # in an error either (redact.transcript, as in the transcript).
+    body = redact.transcript(body)
     return Response(
         json.dumps(body, default=str), status_code=status, media_type=MEDIA_TYPE, headers=headers
     )

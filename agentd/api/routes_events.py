@@ -9,7 +9,6 @@ lets a cursor never step over an id that commits late (store/sql/events.sql).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated
 from uuid import UUID
@@ -18,9 +17,11 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from agentd.api import problems
+from agentd.api.events_tail import FeedTail
 from agentd.api.problems import ApiProblem
 from agentd.api.routes_loops import BIGINT, app_state
 from agentd.api.schemas import CleanStr, EventOut, Page
+from agentd.api.stream_hub import HeldStream, StreamHub, StreamSlots
 from agentd.db.pool import connection
 from agentd.store import events
 
@@ -59,7 +60,7 @@ def _last_event_id(value: str | None) -> int | None:
             "description": "A page of events, or an SSE stream of them (`id:` = event id).",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
-        **problems.responses(400, 401, 422),
+        **problems.responses(400, 401, 422, 429),
     },
 )
 async def list_events(
@@ -94,15 +95,24 @@ async def list_events(
     pool = app_state(request).pool
     if accept and "text/event-stream" in accept.lower():
         start = _last_event_id(last_event_id)
-        if start is None:
-            start = after
-        if start is None:
-            async with connection(pool) as conn:
-                start = await events.max_id(conn)
-        return StreamingResponse(
+        slots: StreamSlots = request.app.state.stream_slots
+        release = slots.take(StreamSlots.key(request.headers.get("authorization")))
+        try:
+            if start is None:
+                start = after
+            if start is None:
+                async with connection(pool) as conn:
+                    start = await events.max_id(conn)
+        except BaseException:
+            release()
+            raise
+        tail: FeedTail = request.app.state.events_tail
+        tail.join()
+        return HeldStream(
             _sse(request, start, loop, agent, names),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            on_close=[release, tail.leave],
         )
     async with connection(pool) as conn:
         page = await events.read_feed(
@@ -124,11 +134,12 @@ async def _sse(
     request: Request, after: int, loop: UUID | None, agent: str | None, names: list[str] | None
 ) -> AsyncIterator[str]:
     pool = app_state(request).pool
+    tail: FeedTail = request.app.state.events_tail
+    hub: StreamHub = request.app.state.stream_hub
     cursor = after
-    idle = 0.0
     yield ": agentd events\n\n"
     while True:
-        async with connection(pool) as conn:  # held for one read, never while waiting
+        async with hub.read_slots, connection(pool) as conn:  # one read, never while waiting
             page = await events.read_feed(
                 conn,
                 after_id=cursor,
@@ -138,8 +149,7 @@ async def _sse(
                 limit=SSE_BATCH,
                 settle=SETTLE_SECONDS,
             )
-        rows = page.events
-        for e in rows:
+        for e in page.events:
             data = EventOut.of(e).model_dump_json()
             yield f"id: {e.id}\nevent: {e.name}\ndata: {data}\n\n"
         # Past ids that matched nothing too: a rare filter does not rescan them each poll.
@@ -148,8 +158,6 @@ async def _sse(
             continue
         if await request.is_disconnected():
             return
-        await asyncio.sleep(POLL_SECONDS)
-        idle = 0.0 if rows else idle + POLL_SECONDS
-        if idle >= KEEPALIVE_SECONDS:
-            idle = 0.0
+        # Caught up: wait (without a query) until the feed's horizon passes the cursor.
+        if not await tail.wait_past(cursor, KEEPALIVE_SECONDS):
             yield ": keep-alive\n\n"

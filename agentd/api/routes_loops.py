@@ -3,7 +3,7 @@ regenerate, pending approvals."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Body, Header, Query, Request, Response
@@ -119,7 +119,13 @@ async def list_loops(
     cursor: Annotated[
         CleanStr | None, Query(max_length=500, description="`next_cursor` of the previous page.")
     ] = None,
+    include: Annotated[
+        Literal["state"] | None,
+        Query(description="`state`: give each loop its `state` (null in list items without)."),
+    ] = None,
 ) -> Page[LoopOut]:
+    """A page of loops. Their `state` is left out (null) unless `include=state`: a list stays
+    light however large states are; GET /v1/loops/{id} (or /state) has it."""
     state = app_state(request)
     after = pagination.decode(cursor) if cursor else None
     async with connection(state.pool) as conn:
@@ -133,7 +139,9 @@ async def list_loops(
     page = rows[:limit]
     more = len(rows) > limit
     nxt = pagination.encode(page[-1].created_at, page[-1].id) if more else None
-    return Page[LoopOut](items=[LoopOut.of(r) for r in page], next_cursor=nxt)
+    with_state = include == "state"
+    items = [LoopOut.of(r, with_state=with_state) for r in page]
+    return Page[LoopOut](items=items, next_cursor=nxt)
 
 
 @router.get("/{loop_id}", summary="Show a loop", responses=_READ)

@@ -118,5 +118,8 @@ async def patch_state(
         raise InputInvalid(str(exc), errors=[{"field": "body", "message": str(exc)}]) from None
     except (ValueError, UnicodeDecodeError):
         raise ApiProblem(400, "the body is not valid JSON", problem_type="bad-request") from None
-    loop, _ = await loop_state.patch(app_state(request).pool, loop_id, body, if_match=version)
+    state = app_state(request)
+    loop, _ = await loop_state.patch(
+        state.pool, loop_id, body, if_match=version, max_bytes=state.settings.max_state_bytes
+    )
     return _answer(loop, response)

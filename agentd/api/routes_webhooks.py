@@ -69,7 +69,7 @@ class DeliveryOut(BaseModel):
             message_id=d.message_id,
             event_type=d.event_type,
             loop_id=d.loop_id,
-            payload=d.payload,
+            payload=redact.scrub(d.payload),  # stored as built; masked like any face
             status=d.status,
             attempts=d.attempts,
             next_attempt_at=d.next_attempt_at,

@@ -249,7 +249,9 @@ class LoopOut(BaseModel):
     error_message: str | None
     subject: str | None
     title: str | None
-    state: dict[str, Any]
+    state: dict[str, Any] | None = Field(
+        description="The loop's state; null in GET /v1/loops items unless include=state."
+    )
     state_version: int = Field(
         1, description="Bumped on every change of `state`; PATCH /state takes it in If-Match."
     )
@@ -275,7 +277,8 @@ class LoopOut(BaseModel):
     updated_at: datetime
 
     @classmethod
-    def of(cls, loop: Loop) -> LoopOut:
+    def of(cls, loop: Loop, *, with_state: bool = True) -> LoopOut:
+        state = (loop.state if isinstance(loop.state, dict) else {}) if with_state else None
         return cls(
             id=loop.id,
             agent=loop.agent,
@@ -285,7 +288,7 @@ class LoopOut(BaseModel):
             error_message=loop.error_message,
             subject=loop.subject,
             title=loop.title,
-            state=loop.state if isinstance(loop.state, dict) else {},
+            state=state,
             state_version=loop.state_version,
             frozen=loop.frozen,
             observed=loop.observed,

@@ -13,10 +13,29 @@ import contextlib
 import errno
 import socket
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 from starlette.types import ASGIApp
 
 from agentd.errors import AddressInUse, AgentdError
+
+
+@dataclass(frozen=True)
+class HeadLimits:
+    """Bounds on a request's head: api/http_limits.py enforces them."""
+
+    max_header_bytes: int = 32 * 1024
+    max_headers: int = 100
+    max_url_bytes: int = 8 * 1024
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> HeadLimits:
+        return cls(
+            max_header_bytes=settings.max_header_bytes,
+            max_headers=settings.max_headers,
+            max_url_bytes=settings.max_url_bytes,
+        )
 
 
 def bind(host: str, port: int, *, setting: str = "AGENTD_PORT or --port") -> socket.socket:
@@ -35,15 +54,26 @@ def bind(host: str, port: int, *, setting: str = "AGENTD_PORT or --port") -> soc
 
 class HttpServer:
     """uvicorn in our event loop, with our signal handling (not uvicorn's), on a socket
-    bound when this is created (port 0: an ephemeral one; `port` says which)."""
+    bound when this is created (port 0: an ephemeral one; `port` says which). Every
+    request's head is bounded by `limits` (api/http_limits.py)."""
 
-    def __init__(self, host: str, port: int, *, setting: str = "AGENTD_PORT or --port") -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        setting: str = "AGENTD_PORT or --port",
+        limits: HeadLimits | None = None,
+    ) -> None:
         self.socket = bind(host, port, setting=setting)
         self.host = host
         self.port = int(self.socket.getsockname()[1])
+        self.limits = limits or HeadLimits()
 
     async def serve(self, app: ASGIApp, stop: asyncio.Event) -> None:
         import uvicorn
+
+        from agentd.api.http_limits import protocol_class
 
         class Server(uvicorn.Server):
             @contextlib.contextmanager
@@ -57,6 +87,7 @@ class HttpServer:
             log_config=None,
             access_log=False,
             lifespan="off",
+            http=protocol_class(self.limits),
             limit_concurrency=None,
             timeout_graceful_shutdown=5,
         )

@@ -5,22 +5,39 @@ commit. `StreamHub` holds one listener connection and fans payloads out to per-l
 queues, so an SSE client never costs a database connection of its own while it waits.
 A client too slow for its queue, or a reconnect of the listener, gets `RESYNC` instead of
 what was lost: it re-reads from the database.
+
+Streams cost the database per loop, not per stream: what a stream reads when it opens or
+when an event arrives (the loop, its transcript, its tool calls) goes through `StreamHub`'s
+shared reads, one query serving every stream of the loop that asks for the same thing until
+the loop's next event, and never more than `read_slots` of them at once, so streams cannot
+take the pool from the worker and the rest of the API. `StreamSlots` caps the streams one
+token holds open (429 with Retry-After beyond it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
 from agentd import logs
+from agentd.api.problems import ApiProblem
 from agentd.db.listener import Listener
+from agentd.db.pool import Pool, connection
 from agentd.errors import DatabaseUnavailable
 from agentd.states import LoopStatus, MessageStatus
-from agentd.store.models import Message
+from agentd.store import loops, messages, tool_calls
+from agentd.store.models import Loop, Message, ToolCall
+
+T = TypeVar("T")
 
 log = logs.get("agentd.api.stream_hub")
 
@@ -53,10 +70,14 @@ class StreamHub:
     """One LISTEN connection per process, started with the first subscriber, closed after
     the last one leaves."""
 
-    def __init__(self, url: str, *, connect_timeout: float = 5.0) -> None:
+    def __init__(self, url: str, *, connect_timeout: float = 5.0, read_slots: int = 4) -> None:
         self.url = url
         self.connect_timeout = connect_timeout
         self._subs: dict[UUID, set[Subscription]] = {}
+        # Shared reads per loop, each begun after the loop's latest event: an event drops
+        # the loop's (they may not show it), so whatever is here is fresh enough for anyone.
+        self._reads: dict[UUID, dict[Hashable, asyncio.Future[Any]]] = {}
+        self.read_slots = asyncio.Semaphore(read_slots)
         self._lock = asyncio.Lock()
         self._listener: Listener | None = None
         self._task: asyncio.Task[None] | None = None
@@ -72,10 +93,12 @@ class StreamHub:
         except (ValueError, KeyError, TypeError):
             log.warning("stream.bad_payload", channel=channel)
             return
+        self._reads.pop(loop_id, None)
         for sub in self._subs.get(loop_id, ()):
             sub.push(item)
 
     def _resync_all(self) -> None:
+        self._reads.clear()
         for subs in self._subs.values():
             for sub in subs:
                 sub.push(RESYNC)
@@ -111,6 +134,7 @@ class StreamHub:
                 subs.discard(sub)
                 if not subs:
                     del self._subs[sub.loop_id]
+                    self._reads.pop(sub.loop_id, None)
             if not self._subs and self._task is not None:
                 task, stop = self._task, self._stop
                 self._task = self._stop = self._listener = None
@@ -118,6 +142,121 @@ class StreamHub:
             stop.set()
             with contextlib.suppress(Exception):
                 await task
+
+    # --- shared reads -----------------------------------------------------------------------
+
+    async def shared(self, loop_id: UUID, what: Hashable, read: Callable[[], Awaitable[T]]) -> T:
+        """`read()`'s result, shared by the streams of `loop_id` asking for `what` until the
+        loop's next event; call it only while subscribed to the loop (after LISTEN is up).
+        One waiter's cancel does not cancel the read the others wait for."""
+        reads = self._reads.setdefault(loop_id, {}) if loop_id in self._subs else {}
+        future = reads.get(what)
+        if future is None or (future.done() and (future.cancelled() or future.exception())):
+            future = asyncio.ensure_future(self._limited(read))
+            future.add_done_callback(_retrieve)
+            reads[what] = future
+        return await asyncio.shield(future)
+
+    async def _limited(self, read: Callable[[], Awaitable[T]]) -> T:
+        async with self.read_slots:
+            return await read()
+
+    async def loop(self, pool: Pool, loop_id: UUID) -> Loop | None:
+        async def read() -> Loop | None:
+            async with connection(pool) as conn:
+                return await loops.get(conn, loop_id=loop_id)
+
+        return await self.shared(loop_id, "loop", read)
+
+    async def transcript(self, pool: Pool, loop_id: UUID) -> list[Message]:
+        """Every message of the loop, hidden ones included."""
+
+        async def read() -> list[Message]:
+            async with connection(pool) as conn:
+                return await messages.list_(conn, loop_id=loop_id, include_hidden=True)
+
+        return await self.shared(loop_id, "transcript", read)
+
+    async def messages_after(self, pool: Pool, loop_id: UUID, after_id: int) -> list[Message]:
+        async def read() -> list[Message]:
+            async with connection(pool) as conn:
+                return await messages.list_after(conn, loop_id=loop_id, after_id=after_id)
+
+        return await self.shared(loop_id, ("after", after_id), read)
+
+    async def tool_calls(self, pool: Pool, loop_id: UUID) -> list[ToolCall]:
+        async def read() -> list[ToolCall]:
+            async with connection(pool) as conn:
+                return await tool_calls.list_for_loop(conn, loop_id=loop_id)
+
+        return await self.shared(loop_id, "tool_calls", read)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """A shared read nobody awaits any more may fail unobserved: not worth a warning."""
+    if not future.cancelled():
+        future.exception()
+
+
+class StreamSlots:
+    """How many streams each token holds open; one more than `limit` is a 429."""
+
+    RETRY_AFTER = 5
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._held: dict[str, int] = {}
+
+    @staticmethod
+    def key(authorization: str | None) -> str:
+        return hashlib.sha256((authorization or "").encode()).hexdigest()
+
+    def held(self, key: str) -> int:
+        return self._held.get(key, 0)
+
+    def take(self, key: str) -> Callable[[], None]:
+        """Take a slot for the token `key`; returns its release (safe to call twice)."""
+        if self._held.get(key, 0) >= self.limit:
+            raise ApiProblem(
+                429,
+                f"this token already holds {self.limit} open streams "
+                "(AGENTD_MAX_STREAMS_PER_TOKEN); close one or retry later",
+                problem_type="too-many-streams",
+                headers={"Retry-After": str(self.RETRY_AFTER)},
+            )
+        self._held[key] = self._held.get(key, 0) + 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            left = self._held.get(key, 0) - 1
+            if left > 0:
+                self._held[key] = left
+            else:
+                self._held.pop(key, None)
+
+        return release
+
+
+class HeldStream(StreamingResponse):
+    """A streaming response that runs `on_close` when the connection is done with it, however
+    it ended (even before its first frame: a generator's `finally` would not run then)."""
+
+    def __init__(self, *args: Any, on_close: list[Callable[[], Awaitable[None] | None]], **kw: Any):
+        super().__init__(*args, **kw)
+        self.on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            for close in self.on_close:
+                done = close()
+                if done is not None:
+                    await done
 
 
 def newest_assistant(rows: list[Message], at_most: int | None = None) -> int:

@@ -44,14 +44,16 @@ from agentd.api.stream_hub import (
     KEEPALIVE_SECONDS,
     RESYNC,
     DeltaCursor,
+    HeldStream,
     StreamHub,
+    StreamSlots,
     Subscription,
     newest_assistant,
     streaming_partial,
 )
 from agentd.db.pool import connection
 from agentd.errors import LoopNotFound
-from agentd.store import loops, messages, tool_calls
+from agentd.store import loops
 from agentd.store.models import Loop
 
 _EVENT_ID = re.compile(r"^[mdsai](\d{1,18})(?:\.\d{1,18}(?:\.(\d{1,18})\.(\d{1,18}))?)?$")
@@ -104,10 +106,10 @@ class LoopStream:
         return f"{kind}{self.high}.{self.counter}"
 
     async def _catch_up(self) -> list[str]:
-        async with connection(self.state.pool) as conn:
-            rows = await messages.list_after(conn, loop_id=self.loop.id, after_id=self.floor)
-            fresh = [m for m in rows if m.id not in self.sent]
-            calls = await tool_calls.list_for_loop(conn, loop_id=self.loop.id) if fresh else []
+        pool, loop_id = self.state.pool, self.loop.id
+        rows = await self.hub.messages_after(pool, loop_id, self.floor)
+        fresh = [m for m in rows if m.id not in self.sent]
+        calls = await self.hub.tool_calls(pool, loop_id) if fresh else []
         frames = []
         for out in render_messages(fresh, calls):
             self.sent.add(out.id)
@@ -149,8 +151,7 @@ class LoopStream:
             await self.hub.unsubscribe(self.sub)
 
     async def _frames(self) -> AsyncIterator[str]:
-        async with connection(self.state.pool) as conn:
-            rows = await messages.list_(conn, loop_id=self.loop.id, include_hidden=True)
+        rows = await self.hub.transcript(self.state.pool, self.loop.id)
         shell = streaming_partial(rows)
         rows = [m for m in rows if not m.hidden]
         if self.resume_from is None:
@@ -199,8 +200,7 @@ class LoopStream:
                 for frame in await self._catch_up():
                     yield frame
                 if item is RESYNC:
-                    async with connection(self.state.pool) as conn:
-                        row = await loops.get(conn, loop_id=self.loop.id)
+                    row = await self.hub.loop(self.state.pool, self.loop.id)
                     if row is None:
                         return
                     status, extra = row.status, {"reason": row.status_reason}
@@ -245,7 +245,7 @@ def _parse_last_event_id(value: str | None) -> Resume | None:
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
         204: {"description": "AG-UI: resumed after the run's last event, nothing new."},
-        **problems.responses(400, 401, 404, 422, 503),
+        **problems.responses(400, 401, 404, 422, 429, 503),
     },
 )
 async def stream(
@@ -263,8 +263,24 @@ async def stream(
     """Turns on `observed` for a loop that is not at rest (a turn in flight starts publishing
     deltas); ends when it completes, fails, stops or pauses. Writes nothing to a loop that
     is already observed or at rest."""
-    if protocol == "ag-ui":
-        return await agui.stream(request, loop_id, last_event_id)
+    slots: StreamSlots = request.app.state.stream_slots
+    release = slots.take(StreamSlots.key(request.headers.get("authorization")))
+    try:
+        if protocol == "ag-ui":
+            response = await agui.stream(request, loop_id, last_event_id)
+        else:
+            response = await _stream(request, loop_id, last_event_id)
+    except BaseException:
+        release()
+        raise
+    if isinstance(response, HeldStream):
+        response.on_close.append(release)
+    else:
+        release()
+    return response
+
+
+async def _stream(request: Request, loop_id: UUID, last_event_id: str | None) -> Response:
     resume = _parse_last_event_id(last_event_id)
     state = app_state(request)
     async with connection(state.pool) as conn:
@@ -274,8 +290,7 @@ async def stream(
     sub = await hub.subscribe(loop_id)
     try:
         # Read after LISTEN is up, so no change between the two is missed.
-        async with connection(state.pool) as conn:
-            loop = await loops.get(conn, loop_id=loop_id)
+        loop = await hub.loop(state.pool, loop_id)
         if loop is None:
             raise LoopNotFound(f"no loop {loop_id}")
         if not loop.observed and loop.status not in END:
@@ -283,11 +298,11 @@ async def stream(
     except BaseException:
         await hub.unsubscribe(sub)
         raise
-    frames = LoopStream(request, sub, loop, resume).frames()
-    return StreamingResponse(
-        frames,
+    return HeldStream(
+        LoopStream(request, sub, loop, resume).frames(),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        on_close=[lambda: hub.unsubscribe(sub)],
     )
 
 

@@ -140,9 +140,11 @@ class AsyncClient:
         agent: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        include_state: bool = False,
     ) -> Page[LoopOut]:
-        """One page, newest first; pass `page.next_cursor` as `cursor` for the next."""
-        return await self._do(routes.list_loops(status, agent, limit, cursor))
+        """One page, newest first; pass `page.next_cursor` as `cursor` for the next. Items
+        carry `state` only with `include_state=True` (else None: `get()` has it)."""
+        return await self._do(routes.list_loops(status, agent, limit, cursor, include_state))
 
     async def iter_loops(
         self, *, status: str | None = None, agent: str | None = None, page_size: int = 50

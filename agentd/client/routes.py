@@ -114,9 +114,19 @@ def get(loop_id: LoopId) -> Call[LoopOut]:
 
 
 def list_loops(
-    status: str | None, agent: str | None, limit: int, cursor: str | None
+    status: str | None,
+    agent: str | None,
+    limit: int,
+    cursor: str | None,
+    include_state: bool = False,
 ) -> Call[Page[LoopOut]]:
-    params = _some(status=status, agent=agent, limit=limit, cursor=cursor)
+    params = _some(
+        status=status,
+        agent=agent,
+        limit=limit,
+        cursor=cursor,
+        include="state" if include_state else None,
+    )
     return Call("GET", "/v1/loops", Page[LoopOut].model_validate, params=params)
 
 

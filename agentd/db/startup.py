@@ -56,6 +56,8 @@ async def ready_url(settings: Settings, stop: asyncio.Event | None = None) -> As
                 f"cannot start the embedded PostgreSQL in AGENTD_DATA_DIR={settings.data_dir}: "
                 f"{exc.strerror or exc}"
             ) from None
+        except ConfigError:  # no embedded server in this installation
+            raise
         except Exception as exc:
             raise DatabaseUnavailable(
                 f"the embedded PostgreSQL in {settings.data_dir} failed to start: "

@@ -107,7 +107,7 @@ async def _registered(pool: Pool, *, within: float) -> None:
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     from agentd import logs
-    from agentd.api.serve import HttpServer
+    from agentd.api.serve import HeadLimits, HttpServer
     from agentd.app import process_app
     from agentd.client import AsyncClient
     from agentd.db.listener import Listener
@@ -177,7 +177,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             stacks=Stacks(),  # a maintenance-only engine runs none, but every engine gets them
             queues=["maintenance"],
         )
-        server = HttpServer(settings.host, settings.port)
+        server = HttpServer(settings.host, settings.port, limits=HeadLimits.from_settings(settings))
         stack.callback(server.close)
         app = process_app(settings, pool, url, registry, engine, token)
         tasks = [

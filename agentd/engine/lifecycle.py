@@ -21,7 +21,15 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from agentd.db.pool import Connection, Pool, transaction
-from agentd.engine import approval_edits, dispatch, forks, inputs, loop_limits, steering
+from agentd.engine import (
+    approval_edits,
+    dispatch,
+    forks,
+    inputs,
+    loop_limits,
+    loop_state,
+    steering,
+)
 from agentd.errors import (
     AlreadyDecided,
     BadRequest,
@@ -229,6 +237,7 @@ class Lifecycle:
         if not isinstance(message, str) or not message.strip():
             raise BadRequest("message must be a non-empty string")
         key, limit = _concurrency(cls, concurrency_key, concurrency_limit)
+        loop_state.check_size(state or {}, self.settings.max_state_bytes)
         token = uuid.uuid4()
         if loop_id is None:
             loop = await loops.insert(

@@ -17,13 +17,39 @@ import uuid
 from typing import Any
 
 from agentd.db.pool import Pool, transaction
-from agentd.errors import InputInvalid, InvalidTransition, LoopNotFound, PreconditionFailed
+from agentd.errors import (
+    InputInvalid,
+    InvalidTransition,
+    LoopNotFound,
+    PreconditionFailed,
+    StateTooLarge,
+)
 from agentd.states import LoopStatus
 from agentd.store import events, loops
 from agentd.store.models import Loop, NewEvent
 
 #: A turn (or its tool calls) reads the state: changing it under them is refused.
 BUSY = frozenset({LoopStatus.QUEUED, LoopStatus.RUNNING})
+
+
+def size(state: Any) -> int:
+    """A state's size as stored: the UTF-8 bytes of its compact JSON."""
+    return len(json.dumps(state, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def check_size(state: Any, max_bytes: int | None, *, before: int | None = None) -> None:
+    """StateTooLarge if `state` is over `max_bytes` (None: no limit) — unless it shrank from
+    `before` bytes: a state already over the limit (the limit was lowered) may be trimmed."""
+    if max_bytes is None:
+        return
+    n = size(state)
+    if n > max_bytes and (before is None or n >= before):
+        raise StateTooLarge(
+            f"the loop's state would be {n} bytes, over the limit of {max_bytes} "
+            "(AGENTD_MAX_STATE_BYTES); keep large data elsewhere and store a reference",
+            limit=max_bytes,
+            size=n,
+        )
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -61,12 +87,19 @@ def _has_null(obj: dict[str, Any]) -> bool:
 
 
 async def patch(
-    pool: Pool, loop_id: uuid.UUID, body: Any, *, if_match: int | None, by: str = "api"
+    pool: Pool,
+    loop_id: uuid.UUID,
+    body: Any,
+    *,
+    if_match: int | None,
+    by: str = "api",
+    max_bytes: int | None = None,
 ) -> tuple[Loop, bool]:
     """Apply `body` to the loop's state at version `if_match` (None: `*`, any version).
 
     Returns the loop and whether the state changed (a patch that changes nothing writes
-    nothing and keeps the version).
+    nothing and keeps the version). A result over `max_bytes` is refused (StateTooLarge)
+    with nothing written.
     """
     if not isinstance(body, dict):
         raise InputInvalid(
@@ -92,6 +125,7 @@ async def patch(
         merged = merge_patch(current, body)
         if merged == current:
             return loop, False
+        check_size(merged, max_bytes, before=size(current))
         row = await loops.set_state(
             conn, loop_id=loop.id, state_version=loop.state_version, state=merged
         )

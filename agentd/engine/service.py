@@ -14,7 +14,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agentd import logs, redact
+from agentd import known_secrets, logs
 from agentd.db.listener import Listener
 from agentd.db.pool import Pool, connection
 from agentd.engine.janitor import Janitor
@@ -64,12 +64,9 @@ class Engine:
     def __post_init__(self) -> None:
         from agentd.llm.client import LLMClient, RetryPolicy
 
-        # The API's own tokens are secrets this process may see echoed (events, logs).
-        redact.remember(
-            self.settings.api_token.get_secret_value() if self.settings.api_token else None,
-            *(t.get_secret_value() for t in self.settings.read_tokens),
-            pin=True,
-        )
+        # The configured secrets (API tokens, provider keys, MCP credentials, webhook
+        # secrets) are ones this process may see echoed: events, logs, transcripts.
+        known_secrets.remember_configured(self.settings, self.registry)
 
         self.llm_client = self.llm or LLMClient(
             policy=RetryPolicy.from_settings(self.settings),

@@ -9,7 +9,9 @@ turn whose loop becomes observed mid-flight (someone opened its stream) publishe
 next tick on, starting with one delta that holds the text so far.
 Tolerates: a database outage (partials are best-effort; the canonical answer is written by
 ResponseParsing), shells closing between ticks.
-Never: makes a partial visible (shells stay hidden until their turn commits).
+Never: makes a partial visible (shells stay hidden until their turn commits); saves or
+publishes a known secret, or a piece of one (redact.stream_prefix: the text is masked as the
+transcript is, and a tail that may be a secret's start waits for the next tick).
 Called by: NetworkCalling (submit/close), engine.service (run).
 """
 
@@ -19,7 +21,7 @@ import asyncio
 import uuid
 from dataclasses import dataclass, field
 
-from agentd import logs
+from agentd import logs, redact
 from agentd.db.pool import Pool, transaction
 from agentd.engine.ticks import ticks
 from agentd.errors import DatabaseError
@@ -35,14 +37,20 @@ class _Shell:
     observed: bool
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
-    #: characters of `content` already handed to a flush: the next delta's offset.
+    #: characters of the shown text (`text()`) already handed to a flush: the next
+    #: delta's offset.
     flushed: int = 0
     dirty: bool = False
 
-    def text(self) -> str:
+    def text(self, *, final: bool = False) -> str:
+        """The text so far as observers may see it: known secrets masked, and a tail that
+        could be the start of one held back until the next chunk (redact.stream_prefix)."""
         whole = "".join(self.content)
         self.content = [whole]  # join once per tick, not over every chunk again
-        return whole
+        return redact.stream_prefix(whole, final=final)
+
+    def reasoning_text(self) -> str | None:
+        return redact.stream_prefix("".join(self.reasoning), final=False) or None
 
 
 class StreamFlusher:
@@ -69,7 +77,7 @@ class StreamFlusher:
         shell = self._shells.pop(shell_id, None)
         if shell is None or not shell.observed:
             return
-        text = shell.text()[shell.flushed :]
+        text = shell.text(final=True)[shell.flushed :]
         if not text:
             return
         try:
@@ -101,7 +109,7 @@ class StreamFlusher:
                     conn,
                     ids=[sid for sid, _ in dirty],
                     contents=texts,
-                    reasonings=["".join(s.reasoning) or None for _, s in dirty],
+                    reasonings=[s.reasoning_text() for _, s in dirty],
                     tokens=[s.token for _, s in dirty],
                 )
                 payloads = []

@@ -58,6 +58,7 @@ class _Capture:
         self.parts: list[bytes] = []
         self.size = 0
         self.truncated = False
+        self.charset: str | None = None  # the response's declared charset, if any
 
     def add(self, chunk: bytes) -> None:
         room = MAX_LOGGED_BODY - self.size
@@ -69,7 +70,11 @@ class _Capture:
         self.truncated = self.truncated or len(chunk) > room
 
     def text(self) -> str:
-        body = b"".join(self.parts).decode("utf-8", errors="replace")
+        data = b"".join(self.parts)
+        try:  # a declared charset (a UTF-16 error page) is read as such, so redaction sees it
+            body = data.decode(self.charset or "utf-8", errors="replace")
+        except LookupError:
+            body = data.decode("utf-8", errors="replace")
         return body + ("\n…[truncated]" if self.truncated else "")
 
 
@@ -216,6 +221,7 @@ class LLMClient:
                     timeout=call.timeout,
                 ) as r:
                     exchange.status = r.status_code
+                    capture.charset = r.charset_encoding
                     exchange.response_headers = redact.headers(r.headers, also=call.secrets)
                     if r.status_code >= 400:
                         async for chunk in r.aiter_bytes():

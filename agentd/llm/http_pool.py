@@ -24,6 +24,8 @@ from typing import Any
 
 import httpcore
 import httpx
+from httpcore._async.connection_pool import PoolByteStream
+from httpcore._async.http11 import HTTPConnectionState
 from httpcore._backends.base import SOCKET_OPTION
 
 
@@ -95,7 +97,13 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         # As anyio's stream does: close, let the loop flush once, then drop what is left, so
         # a peer that stopped reading cannot hold the pool.
         self._writer.close()
-        await asyncio.sleep(0)
+        try:
+            await asyncio.sleep(0)
+        finally:  # a cancel landing here still drops the connection
+            self._writer.transport.abort()
+
+    def abort(self) -> None:
+        """Drop the connection now (no await: nothing can interrupt it)."""
         self._writer.transport.abort()
 
     async def start_tls(
@@ -179,6 +187,22 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
 _SWEEP_EVERY = 1.0
 
 
+class _PoolByteStream(PoolByteStream):
+    """httpcore's response stream, whose close always gives the connection back or cuts it.
+
+    httpcore shields its close with anyio's `CancelScope(shield=True)`, which does not hold
+    off asyncio's own `Task.cancel()`: a second cancel landing in the close (waiting for
+    the connection's state lock, say) ends it before the connection is closed or the
+    request leaves the pool, and the provider goes on streaming into a socket nobody reads,
+    to the end of its answer (and bills it)."""
+
+    async def aclose(self) -> None:
+        try:
+            await super().aclose()
+        finally:
+            self._pool._settle(self._pool_request)  # type: ignore[attr-defined]
+
+
 class _Pool(httpcore.AsyncConnectionPool):
     """httpcore's pool with its bookkeeping made cheap. httpcore's own, on every request
     assigned and every response closed (twice a request), asked every connection whether
@@ -190,6 +214,47 @@ class _Pool(httpcore.AsyncConnectionPool):
     a second, and at once when it is full or holds more idle connections than it keeps."""
 
     _swept_at = float("-inf")
+
+    async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
+        try:
+            response = await super().handle_async_request(request)
+        except BaseException:
+            # A cancel landing in httpcore's (unshielded) cleanup leaves the connection
+            # open and busy with no request on it: cut every such one.
+            self._cut_orphans()
+            raise
+        response.stream.__class__ = _PoolByteStream  # same state, aclose made whole
+        return response
+
+    def _settle(self, pool_request: Any) -> None:
+        """After a response's close, however it ended: the request has left the pool, and
+        its connection is idle, closed, or cut."""
+        with contextlib.suppress(ValueError):
+            self._requests.remove(pool_request)  # a cancel cut the close short of it
+        connection = pool_request.connection
+        if connection is not None and self._orphaned(connection):
+            self._cut(connection)
+
+    def _orphaned(self, connection: Any) -> bool:
+        """Busy (neither idle nor closed) with no request of the pool on it."""
+        if connection.is_idle() or connection.is_closed():
+            return False
+        return not any(r.connection is connection for r in self._requests)
+
+    def _cut_orphans(self) -> None:
+        for connection in [c for c in self._connections if self._orphaned(c)]:
+            self._cut(connection)
+
+    def _cut(self, connection: Any) -> None:
+        """Drop the connection at once and take it out of the pool."""
+        with contextlib.suppress(ValueError):
+            self._connections.remove(connection)
+        inner = getattr(connection, "_connection", None)  # the HTTP/1.1 (or /2) connection
+        stream = getattr(inner, "_network_stream", None)
+        if isinstance(stream, AsyncioStream):
+            stream.abort()
+        if inner is not None and hasattr(inner, "_state"):
+            inner._state = HTTPConnectionState.CLOSED
 
     def _assign_requests_to_connections(self) -> list[Any]:
         closing: list[Any] = []

@@ -13,7 +13,7 @@ from mcp.shared import inbound
 
 from agentd import logs
 from agentd.errors import McpError, McpSessionInvalid
-from agentd.mcp import eras, jsonrpc, shared_sessions
+from agentd.mcp import eras, jsonrpc, schemas, shared_sessions, tool_names
 from agentd.mcp.config import McpServerConfig
 from agentd.mcp.port import (
     IDEMPOTENCY_META_KEY,
@@ -132,25 +132,53 @@ class McpClient:
             cursor = result.get("nextCursor")
             if not cursor:
                 break
-        remote = [t for t in remote if self._valid_headers(t)]
+        refused: dict[str, str] = {}
+        remote = [t for t in remote if self._valid_name(t, refused) and self._usable(t, refused)]
         names = {t["name"] for t in remote}
         missing = [n for n in self.config.required_tools if n not in names]
         if missing:
+            why = "".join(f" ({n!r} refused: {refused[n]})" for n in missing if n in refused)
             raise McpError(
                 f"MCP server {self.config.name!r} does not offer required tool(s): "
-                f"{', '.join(missing)}",
+                f"{', '.join(missing)}{why}",
                 retryable=False,  # it answered; waiting will not add the tools
             )
         allowed = set(self.config.tools) if self.config.tools is not None else None
         tools = [self._tool(t) for t in remote if allowed is None or t["name"] in allowed]
         return tools, exchanges
 
-    def _valid_headers(self, spec: dict[str, Any]) -> bool:
-        """2026-07-28: a tool whose `x-mcp-header` annotations are invalid MUST be dropped."""
-        reason = inbound.find_invalid_x_mcp_header(spec.get("inputSchema"))
+    def _valid_name(self, spec: dict[str, Any], refused: dict[str, str]) -> bool:
+        """A tool whose name (as served, and as advertised with the prefix) breaks the MCP
+        spec's tool-name rules is dropped (mcp/tool_names.py)."""
+        name = spec["name"]
+        reason = tool_names.refusal(name)
+        if reason is None:
+            advertised = self.advertised_name(name)
+            reason = tool_names.refusal(advertised)
+            reason = f"with its prefix, {reason}" if reason else None
+        if reason is None:
+            return True
+        if isinstance(name, str):
+            refused[name] = reason
+        log.warning(
+            "mcp_client.tool_dropped",
+            server=self.config.name,
+            tool=tool_names.shown(name),
+            reason=reason,
+        )
+        return False
+
+    def _usable(self, spec: dict[str, Any], refused: dict[str, str]) -> bool:
+        """A tool whose input schema cannot be used (mcp/schemas.py: not an object schema,
+        too deep, too large, invalid) is dropped, and so (2026-07-28) is one whose
+        `x-mcp-header` annotations are invalid: a warning names it and says why."""
+        schema = spec.get("inputSchema")
+        reason = schemas.unusable(schema) or inbound.find_invalid_x_mcp_header(schema)
         if reason is not None:
+            name = str(spec["name"])
+            refused[name] = reason
             log.warning(
-                "mcp_client.tool_dropped", server=self.config.name, tool=spec["name"], reason=reason
+                "mcp_client.tool_dropped", server=self.config.name, tool=name, reason=reason
             )
         return reason is None
 

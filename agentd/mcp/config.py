@@ -47,6 +47,17 @@ class McpServerConfig(BaseModel):
     toolset: Annotated[Toolset | None, SkipValidation] = None
     transport: Annotated[Transport | None, SkipValidation] = None
 
+    def model_post_init(self, __context: Any) -> None:
+        # Its credentials are secrets this process may see echoed (a tool result, an error).
+        from agentd import known_secrets, redact
+
+        redact.remember(
+            self.api_token,
+            known_secrets.url_password(self.url),
+            *known_secrets.header_secrets(self.headers),
+            *known_secrets.header_secrets(self.env or {}),
+        )  # not pinned: a per-loop server's (the configured ones are, at start)
+
     @model_validator(mode="after")
     def _exactly_one_location(self) -> McpServerConfig:
         given = [key for key in _WHERE if getattr(self, key) is not None]

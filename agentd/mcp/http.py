@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -17,7 +16,7 @@ import httpx
 from agentd import redact
 from agentd.errors import McpError, McpSessionInvalid
 from agentd.llm import http_pool
-from agentd.mcp import eras, jsonrpc, server_facts, sse
+from agentd.mcp import eras, jsonrpc, schemas, server_facts, sse
 from agentd.mcp.port import CallContext, DeliveryResult
 from agentd.mcp.transport_errors import map_transport_errors
 from agentd.observability import tracing
@@ -444,7 +443,7 @@ def _parse_json(text: str) -> Any:
     if not text.strip():
         return None
     try:
-        return json.loads(text)
+        return schemas.parse(text)  # nested too deep for json: read bounded, not raised
     except ValueError:
         return _GARBAGE
 
@@ -468,7 +467,7 @@ async def _read_sse(
         if event is None or not event.data.strip():
             return None
         try:
-            message = json.loads(event.data)
+            message = schemas.parse(event.data)
         except ValueError as exc:
             raise McpError(
                 f"MCP server sent a non-JSON SSE event: {event.data[:_SNIPPET]!r}"

@@ -7,6 +7,7 @@ import json
 from typing import Any, NoReturn, TypeAlias
 
 from agentd.json_types import JSONValue
+from agentd.mcp import schemas  # deep nesting is read bounded, never a RecursionError
 
 #: The id a request carries and its answer echoes: MCP allows a string or an integer; an
 #: answer to a message whose id could not be read carries null.
@@ -101,7 +102,7 @@ def _no_constants(name: str) -> NoReturn:
 
 def loads(text: str | bytes) -> JSONValue:
     """Strict JSON: NaN / Infinity raise `NotJson` (Python's json accepts them)."""
-    return json.loads(text, parse_constant=_no_constants)
+    return schemas.parse(text, parse_constant=_no_constants)
 
 
 def invalid_envelope(envelope: object) -> str | None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from mcp.shared import inbound
 
-from agentd.mcp import eras
+from agentd.mcp import eras, schemas
 
 
 @dataclass
@@ -62,6 +62,8 @@ def remember_tools(url: str, tools: list[Any], *, first_page: bool) -> None:
         if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
             continue
         schema = tool.get("inputSchema")
+        if schemas.depth(schema, schemas.MAX_DEPTH) > schemas.MAX_DEPTH:
+            continue  # McpClient drops it (mcp/schemas.py); the walk below would recurse
         if inbound.find_invalid_x_mcp_header(schema) is not None:
             continue  # McpClient drops such tools; never mirror a malformed annotation
         mapping = inbound.x_mcp_header_map(schema)

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import time
 from typing import Any
 
 from agentd.errors import McpError, ToolTimeout
-from agentd.mcp import eras, jsonrpc
+from agentd.mcp import eras, jsonrpc, schemas
 from agentd.mcp.port import CallContext, DeliveryResult
 from agentd.mcp.transport_errors import map_transport_errors
 
@@ -144,7 +143,7 @@ class _Session:
                 raise _ServerGone(f"exited (code {code}) before answering {envelope.get('method')}")
             text = line.decode("utf-8", errors="replace").strip()
             try:
-                message = json.loads(text)
+                message = schemas.parse(text)  # deep nesting: no RecursionError
             except ValueError:
                 self.stray += text + "\n"
                 continue

@@ -19,7 +19,7 @@ import pydantic
 
 from agentd.errors import ToolArgumentsInvalid
 from agentd.json_types import JSONValue
-from agentd.mcp import eras, jsonrpc
+from agentd.mcp import eras, jsonrpc, tool_names
 from agentd.mcp.handlers import Handler
 from agentd.mcp.port import IDEMPOTENCY_META_KEY, CallContext, DeliveryResult
 
@@ -147,6 +147,12 @@ class Toolset:
 
         def register(func: F) -> F:
             tool_name = name or func.__name__
+            reason = tool_names.refusal(tool_name)
+            if reason is not None:
+                raise ValueError(
+                    f"toolset {self.name!r}: tool name {tool_names.shown(tool_name)} refused: "
+                    f"{reason} (MCP tool names: 1-128 of A-Z a-z 0-9 _ - .)"
+                )
             if tool_name in self.tools:
                 raise ValueError(f"toolset {self.name!r} already has a tool {tool_name!r}")
             handler = Handler(func, input_schema=input_schema, raw=False)

@@ -255,6 +255,11 @@ async def _rebuilt_all(conn: Connection, rows: list[Event]) -> list[Event]:
     return out
 
 
+async def feed_horizon(conn: Connection, *, settle: float = 1.0) -> int:
+    """The highest id the fleet feed may serve now (see `event_feed_horizon`)."""
+    return int(await conn.fetchval(sql("event_feed_horizon"), settle))
+
+
 async def max_id(conn: Connection) -> int:
     return int(await conn.fetchval(sql("event_max_id")))
 
@@ -278,7 +283,8 @@ async def publish(conn: Connection, payload: dict[str, object]) -> None:
     """Notify live observers at commit (payload trimmed to fit NOTIFY's 8000 bytes)."""
     import json
 
-    text = json.dumps(payload, default=str)
+    # A status's reason or error text reaches live streams as it is published.
+    text = json.dumps(redact.transcript(payload), default=str)
     if len(text.encode()) > 7900:
         slim = dict(payload)
         for key in ("content", "reasoning", "delta"):

@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
+from agentd import redact
 from agentd.db.pool import Connection, Record
 from agentd.states import LoopStatus
 from agentd.store import events, mcp
@@ -172,9 +173,12 @@ async def finalize_turn_all(
         "cost": str(cost) if cost is not None else None,
         "generation_seconds": generation_seconds,
         "shell_id": shell_message_id,
-        "content": message["content"],
-        "reasoning": message["reasoning"],
-        "metadata": message["metadata"],
+        # The transcript never holds a known secret (redact.transcript): the model's answer,
+        # its reasoning and its tool calls' arguments are stored (and so shown, and sent
+        # in the next prompt) masked.
+        "content": redact.transcript(message["content"]),
+        "reasoning": redact.transcript(message["reasoning"]),
+        "metadata": redact.transcript(message["metadata"]),
         "ttft": message["ttft"],
         "duration": message["duration"],
         "finish_reason": message["finish_reason"],
@@ -183,8 +187,8 @@ async def finalize_turn_all(
                 "position": c["position"],
                 "provider_call_id": c["provider_call_id"],
                 "name": c["name"],
-                "arguments": c["arguments"],
-                "arguments_raw": c["arguments_raw"],
+                "arguments": redact.transcript(c["arguments"]),
+                "arguments_raw": redact.transcript(c["arguments_raw"]),
                 "metadata": c["metadata"],
             }
             for c in calls
@@ -278,7 +282,7 @@ async def fenced_transition(
         from_statuses,
         status,
         reason,
-        error_message,
+        redact.transcript(error_message),  # a tool's or provider's error text may echo one
         new_token,
     )
     return _loop(rec)

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from agentd import redact
 from agentd.db.pool import Connection
 from agentd.store.models import Message
 from agentd.store.queries import sql
@@ -41,12 +42,12 @@ async def insert(
         sql("message_insert"),
         loop_id,
         role,
-        content,
-        reasoning,
+        redact.transcript(content),  # the transcript never holds a known secret
+        redact.transcript(reasoning),
         step,
         execution_token,
         tool_call_id,
-        metadata,
+        redact.transcript(metadata),
         *tokens,
         ttft,
         duration,
@@ -61,7 +62,11 @@ async def insert_tool_result(
     conn: Connection, *, loop_id: UUID, content: str, tool_call_id: int, metadata: dict[str, Any]
 ) -> Message | None:
     rec = await conn.fetchrow(
-        sql("message_insert_tool_result"), loop_id, content, tool_call_id, metadata
+        sql("message_insert_tool_result"),
+        loop_id,
+        redact.transcript(content),
+        tool_call_id,
+        redact.transcript(metadata),
     )
     return Message.from_record(rec) if rec else None
 

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from agentd import redact
 from agentd.db.pool import Connection, Record
 from agentd.store import events, jobs
 from agentd.store.jobs import TurnPrefetch
@@ -79,10 +80,10 @@ async def checkpoint(
             sql("tool_call_checkpoint"),
             tool_call_id,
             lease_token,
-            result,
-            structured,
+            redact.transcript(result),  # a tool's result never stores a known secret
+            redact.transcript(structured),
             is_success,
-            error_message,
+            redact.transcript(error_message),
             duration,
         )
     )
@@ -90,7 +91,9 @@ async def checkpoint(
 
 async def fail(conn: Connection, *, tool_call_id: int, error_message: str) -> ToolCall | None:
     """Mark an unanswered call failed by a crash (the loop fails with it)."""
-    return _tc(await conn.fetchrow(sql("tool_call_fail"), tool_call_id, error_message))
+    return _tc(
+        await conn.fetchrow(sql("tool_call_fail"), tool_call_id, redact.transcript(error_message))
+    )
 
 
 @dataclass(frozen=True)
@@ -148,10 +151,11 @@ def finish_document(
         "lease_token": lease_token,
         "generation": generation,
         "checkpoint": cp is not None,
-        "result": cp.result if cp else None,
-        "structured": cp.structured if cp else None,
+        # A tool's result never stores a known secret (redact.transcript), as `checkpoint`.
+        "result": redact.transcript(cp.result) if cp else None,
+        "structured": redact.transcript(cp.structured) if cp else None,
         "is_success": cp.is_success if cp else None,
-        "error_message": cp.error_message if cp else None,
+        "error_message": redact.transcript(cp.error_message) if cp else None,
         "duration": cp.duration if cp else None,
         "sequential": sequential,
         "new_token": new_token,

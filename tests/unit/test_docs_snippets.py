@@ -289,6 +289,7 @@ SHELL: list[tuple[str, str]] = [
     (r"^python3? [\w./-]+\.py\b", "script"),
     (r"^bench/[\w.-]+\.sh\b", "script"),
     (r"^docker\s", "docker"),
+    (r"^\.ci/container-engine$", "docker"),
     (r"^kubectl\s", "not run: needs a Kubernetes cluster (tests/deploy checks the manifests)"),
     (r"^claude mcp add\s", "not run: a third-party MCP client (Claude Code)"),
     (r"^\. \.venv/bin/activate$", "not run: activates the reader's virtual environment"),

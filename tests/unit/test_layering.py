@@ -28,7 +28,16 @@ FLOORS: list[set[str]] = [
     {"mcp", "store"},
     {"observability", "db"},
     {"llm", "logs", "settings"},
-    {"__about__", "builder", "errors", "event_loop", "json_types", "redact", "states"},
+    {
+        "__about__",
+        "builder",
+        "errors",
+        "event_loop",
+        "json_types",
+        "known_secrets",
+        "redact",
+        "states",
+    },
 ]
 FLOOR = {unit: level for level, units in enumerate(FLOORS) for unit in units}
 

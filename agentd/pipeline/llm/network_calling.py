@@ -17,6 +17,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
+from agentd import redact
 from agentd.agent import resolve
 from agentd.db.pool import transaction
 from agentd.engine import loop_limits
@@ -134,14 +135,15 @@ class NetworkCalling:
         async def flush() -> None:
             nonlocal last, flushed
             last = time.monotonic()
-            text = "".join(content)
+            # As the flusher shows it: known secrets masked, a possible start held back.
+            text = redact.stream_prefix("".join(content), final=False)
             start, flushed = flushed, len(text)
             async with transaction(runtime.pool) as conn:
                 await messages.update_partial(
                     conn,
                     message_id=shell.id,
                     content=text,
-                    reasoning="".join(reasoning) or None,
+                    reasoning=redact.stream_prefix("".join(reasoning), final=False) or None,
                     execution_token=ctx.execution_token,
                 )
                 if observed and len(text) > start:

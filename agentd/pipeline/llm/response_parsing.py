@@ -24,13 +24,20 @@ from agentd.db.pool import connection
 from agentd.engine import dispatch
 from agentd.engine.chaining import LeasedWork
 from agentd.engine.context import TurnContext
-from agentd.errors import FenceLost
+from agentd.errors import FenceLost, TooManyToolCalls
 from agentd.observability import tracing
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.llm import costs, tokens
 from agentd.states import LoopStatus, TurnOutcome
 from agentd.store import jobs, loops
 from agentd.store.models import NewEvent
+
+
+def _tool_call_cap(agent: Any, settings: Any) -> int:
+    cap = getattr(agent, "max_tool_calls_per_turn", None)
+    if isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1:
+        return cap
+    return int(settings.max_tool_calls_per_turn)
 
 
 class ResponseParsing:
@@ -43,6 +50,16 @@ class ResponseParsing:
         assert resp is not None and agent is not None
         runtime = ctx.runtime
         calls = resp.tool_calls
+        cap = _tool_call_cap(agent, runtime.settings)
+        if len(calls) > cap:
+            # Before anything is written: ErrorHandling fails the loop with this message,
+            # and the answer stays out of the transcript (its wire log has it).
+            raise TooManyToolCalls(
+                f"the model asked for {len(calls)} tool calls in one answer; the limit is "
+                f"{cap} (max_tool_calls_per_turn): none was run",
+                tool_calls=len(calls),
+                limit=cap,
+            )
         used = tokens.of_turn(ctx.request, resp)  # the provider's usage, or an estimate
         spent = costs.of_turn(runtime.settings, agent, ctx.request, resp, used)
         sequential = bool(agent.sequential_tool_calls)

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from agentd.db.pool import transaction
 from agentd.engine.context import ToolContext
 from agentd.errors import FenceLost
+from agentd.mcp import tool_names
 from agentd.pipeline.builder import Handler
 from agentd.states import ApprovalStatus, LoopStatus, TransitionReason
 from agentd.store import events, loops, tool_calls
@@ -28,8 +29,11 @@ class ApprovalGate:
         tc = ctx.tool_call
         agent = ctx.agent
         assert agent is not None
-        needs = bool(ctx.tool and ctx.tool.requires_approval) or tc.name in (
-            agent.approval_required or []
+        # Compared normalized (mcp/tool_names.py): a case or compatibility variant of a
+        # gated name is gated too.
+        gated = {tool_names.normalized(n) for n in agent.approval_required or []}
+        needs = bool(ctx.tool and ctx.tool.requires_approval) or (
+            tool_names.normalized(tc.name) in gated
         )
         status = tc.approval_status
         if tc.executed_at is not None or (not needs and status is None):
