@@ -11,7 +11,7 @@ AgentdError
     InvalidTransition · AlreadyDecided · UpgradeWouldOrphan
   PreconditionFailed · PreconditionRequired
   BadRequest
-    InputInvalid (InputAnswerInvalid) · StateTooLarge
+    InputInvalid (InputAnswerInvalid) · StateTooLarge · IdempotencyKeyReused
   LimitExceeded
     MaxStepsExceeded · MaxDurationExceeded · TokenBudgetExceeded · CostBudgetExceeded
   LLMError
@@ -156,6 +156,13 @@ class InputAnswerInvalid(InputInvalid):
     """The answer does not match what the MCP server asked for."""
 
     problem_type = "input-answer-invalid"
+
+
+class IdempotencyKeyReused(BadRequest):
+    """The Idempotency-Key was used with another request; use a new key for a new request."""
+
+    problem_type = "idempotency-key-reused"
+    status = 422
 
 
 class TooManyToolCalls(AgentdError):

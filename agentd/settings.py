@@ -85,6 +85,7 @@ WEBHOOK_EVENTS = (
     "tool_call.awaiting_approval",
     "agent.version_created",
     "loop.upgraded",
+    "loop.message_received",
 )
 
 
@@ -159,6 +160,12 @@ class Settings(BaseSettings):
         default_factory=list,
         description='Extra tokens that may only read: a JSON list (`["t1", "t2"]`) or '
         "comma-separated (`t1,t2`).",
+    )
+    operator_tokens: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description='More operator tokens, each with a name: a JSON object (`{"alice": '
+        '"t1", "ci": "t2"}`). A decision taken with one records its name (`api:alice`, or '
+        "`admin:alice` in the admin UI); the `api_token` is `operator`.",
     )
     host: str = Field("127.0.0.1", description="API bind address.")
     port: int = Field(8080, ge=0, le=65535, description="API port.")
@@ -407,6 +414,22 @@ class Settings(BaseSettings):
                 raise ValueError("read_tokens must be a JSON list of strings")
             return [t.strip() for t in tokens if t.strip()]
         return [t.strip() for t in text.split(",") if t.strip()]
+
+    @field_validator("operator_tokens")
+    @classmethod
+    def _named_tokens(cls, v: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        import re
+
+        for name, token in v.items():
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}", name):
+                raise ValueError(
+                    f"operator_tokens: {name!r} is not a name (letters, digits, _ . @ -)"
+                )
+            if name in ("operator", "reader"):
+                raise ValueError(f"operator_tokens: {name!r} is reserved")
+            if len(token.get_secret_value()) < 16:
+                raise ValueError(f"operator_tokens: the token of {name!r} is shorter than 16")
+        return v
 
     @field_validator("queues", mode="before")
     @classmethod

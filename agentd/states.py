@@ -105,6 +105,11 @@ class TransitionReason(StrEnum):
     WAITING_FOR_VERSION = "waiting_for_version"
     #: the loop moved to another agent version at a turn boundary (loop.upgraded).
     UPGRADED = "upgraded"
+    #: the run ended with steering messages pending: the loop continues with them
+    #: (ResponseParsing's finalize, engine/steering.py).
+    STEERED = "steered"
+    #: a message sent with `mode: interrupt` cancelled the turn in flight (Lifecycle.send).
+    INTERRUPTED = "interrupted"
 
 
 #: The reasons a provider limit defers a turn with (`store.providers.admit`).
@@ -133,6 +138,27 @@ class InputStatus(StrEnum):
 
     PENDING = "pending"
     ANSWERED = "answered"
+
+
+class InputMode(StrEnum):
+    """`loop_inputs.mode`: how a message sent to a running loop reaches it (docs/api.md)."""
+
+    #: applied when the run would otherwise complete; the loop continues with it.
+    QUEUE = "queue"
+    #: applied at the next turn boundary, so the model sees it on its next call.
+    INJECT = "inject"
+    #: cancels the turn in flight and is applied at once.
+    INTERRUPT = "interrupt"
+
+
+class LoopInputStatus(StrEnum):
+    """`loop_inputs.status`."""
+
+    #: accepted, not yet a message: left by the next turn's start (engine/steering.py), an
+    #: interrupt or a send to the loop at rest (Lifecycle.send).
+    PENDING = "pending"
+    #: it is the transcript row `message_id` names.
+    APPLIED = "applied"
 
 
 class MessageStatus(StrEnum):

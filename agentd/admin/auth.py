@@ -22,6 +22,7 @@ import hmac
 import json
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -57,6 +58,7 @@ class Session:
     csrf: str  # "" for bearer requests
     session_id: str = ""  # the cookie's nonce: what logout revokes ("" for bearer requests)
     expires: int = 0  # when the cookie expires (unix seconds)
+    name: str = "operator"  # the token's name (settings.operator_tokens), as actions record it
 
     @property
     def can_act(self) -> bool:
@@ -80,28 +82,33 @@ def _token_id(key: bytes, token: str) -> str:
     return _mac(key, "token", token)[:32]
 
 
+def _principal(state: AppState, same: Callable[[str], bool]) -> tuple[str, str] | None:
+    """(role, name) of the one configured token `same` accepts; every token is compared,
+    so timing tells nothing."""
+    operator = same(state.api_token)
+    named = [(n, same(t.get_secret_value())) for n, t in state.settings.operator_tokens.items()]
+    readers = [same(t.get_secret_value()) for t in state.settings.read_tokens]
+    if operator:
+        return "operator", "operator"
+    for name, hit in named:
+        if hit:
+            return "operator", name
+    return ("reader", "reader") if any(readers) else None
+
+
+def principal_of_token(state: AppState, token: str) -> tuple[str, str] | None:
+    given = token.encode()
+    return _principal(state, lambda t: hmac.compare_digest(given, t.encode()))
+
+
 def role_of_token(state: AppState, token: str) -> str | None:
     """'operator', 'reader' or None; compares against every token so timing tells nothing."""
-    given = token.encode()
-    operator = hmac.compare_digest(given, state.api_token.encode())
-    readers = [
-        hmac.compare_digest(given, t.get_secret_value().encode())
-        for t in state.settings.read_tokens
-    ]
-    if operator:
-        return "operator"
-    return "reader" if any(readers) else None
+    found = principal_of_token(state, token)
+    return found[0] if found else None
 
 
-def _role_of_token_id(state: AppState, key: bytes, tid: str) -> str | None:
-    operator = hmac.compare_digest(tid, _token_id(key, state.api_token))
-    readers = [
-        hmac.compare_digest(tid, _token_id(key, t.get_secret_value()))
-        for t in state.settings.read_tokens
-    ]
-    if operator:
-        return "operator"
-    return "reader" if any(readers) else None
+def _principal_of_token_id(state: AppState, key: bytes, tid: str) -> tuple[str, str] | None:
+    return _principal(state, lambda t: hmac.compare_digest(tid, _token_id(key, t)))
 
 
 def issue(state: AppState, token: str, *, now: float | None = None) -> str | None:
@@ -127,7 +134,8 @@ def verify(state: AppState, value: str, *, now: float | None = None) -> Session 
     if not expires.isdigit() or int(expires) < (now if now is not None else time.time()):
         return None
     # The token it was issued for must still be configured, with the same role.
-    if _role_of_token_id(state, key, tid) != role:
+    found = _principal_of_token_id(state, key, tid)
+    if found is None or found[0] != role:
         return None
     return Session(
         role=role,
@@ -135,6 +143,7 @@ def verify(state: AppState, value: str, *, now: float | None = None) -> Session 
         csrf=_mac(key, "csrf", nonce)[:32],
         session_id=nonce,
         expires=int(expires),
+        name=found[1],
     )
 
 
@@ -146,8 +155,8 @@ async def current(request: Request) -> Session | None:
     state = _state(request)
     header = request.headers.get("authorization", "")
     if header[:7].lower() == "bearer ":
-        role = role_of_token(state, header[7:].strip())
-        return Session(role=role, via="bearer", csrf="") if role else None
+        found = principal_of_token(state, header[7:].strip())
+        return Session(role=found[0], via="bearer", csrf="", name=found[1]) if found else None
     value = request.cookies.get(COOKIE)
     session = verify(state, value) if value else None
     if session is None:

@@ -23,7 +23,15 @@ from agentd.db.pool import Connection, connection
 from agentd.engine import loop_limits, loop_state, upgrades
 from agentd.engine.lifecycle import DEFAULT_RESUME_FROM
 from agentd.errors import AgentdError, BadRequest, DatabaseError, PreconditionFailed
-from agentd.states import ACTIVE, ApprovalStatus, LoopStatus, MessageStatus, TransitionReason
+from agentd.states import (
+    ACTIVE,
+    ApprovalStatus,
+    InputMode,
+    LoopInputStatus,
+    LoopStatus,
+    MessageStatus,
+    TransitionReason,
+)
 from agentd.store import agent_versions, events, jobs, loops, mcp, messages, tool_calls
 from agentd.store.models import Event, Loop, Message, ToolCall
 
@@ -40,6 +48,12 @@ _HEX = re.compile(r"^[0-9a-f]{1,32}$")
 def _state(request: Request) -> AppState:
     state: AppState = request.app.state.agentd
     return state
+
+
+def _actor(request: Request) -> str:
+    """Who acts, as decisions and sends record it: `admin:<token name>`."""
+    session = getattr(request.state, "admin_session", None)
+    return f"admin:{getattr(session, 'name', None) or 'operator'}"
 
 
 def parse_uuid(value: str) -> UUID | None:
@@ -501,13 +515,25 @@ async def continue_loop(request: Request, loop_id: str) -> Response:
         return render.redirect(request, "/admin/loops", flash=("error", f"No loop {loop_id!r}."))
     back = f"/admin/loops/{ident}"
     form = await request.form()
+    mode = _field(form, "mode") or InputMode.QUEUE
+    if mode not in {str(m) for m in InputMode}:
+        return render.redirect(request, back, flash=("error", f"Unknown mode {mode!r}."))
     try:
-        await state.lifecycle.append_message(ident, _field(form, "content"))
+        sent = await state.lifecycle.send(
+            ident, _field(form, "content"), mode=mode, sent_by=_actor(request)
+        )
     except DatabaseError:
         raise  # an outage or a bug, not a mistake in the form: the API's handlers answer
     except AgentdError as exc:
         return render.redirect(request, back, flash=("error", exc.message))
-    return render.redirect(request, back, flash=("ok", "Message added; the loop continues."))
+    if sent.input.status == LoopInputStatus.APPLIED:
+        done = "the turn in flight was interrupted" if mode == InputMode.INTERRUPT else None
+        text = f"Message added; {done or 'the loop continues'}."
+    elif mode == InputMode.INJECT:
+        text = "Message queued; the model sees it when its next turn starts."
+    else:
+        text = "Message queued; the loop continues with it when the current run ends."
+    return render.redirect(request, back, flash=("ok", text))
 
 
 @router.post("/loops/{loop_id}/messages/{message_id}/{action}", include_in_schema=False)
@@ -584,7 +610,7 @@ async def _decide(request: Request, tool_call_id: str, decision: str) -> Respons
             call.id,
             approve=decision == "approve",
             reason=_field(form, "reason") or None,
-            decided_by="admin",
+            decided_by=_actor(request),
             arguments=arguments,
         )
     except DatabaseError:

@@ -8,7 +8,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Path, Request
 
-from agentd.api import problems
+from agentd.api import auth, problems
 from agentd.api.routes_loops import BIGINT, app_state, stale_seconds
 from agentd.api.schemas import (
     AgentOut,
@@ -41,7 +41,7 @@ async def _decide(
         tool_call_id,
         approve=approve,
         reason=body.reason if body else None,
-        decided_by="api",
+        decided_by=auth.caller(request),
         arguments=body.arguments if isinstance(body, Approval) else None,
     )
     return ToolCallOut.of(tc)
@@ -100,7 +100,7 @@ async def answer_input(
         action=body.action,
         content=body.content,
         responses=responses,
-        answered_by="api",
+        answered_by=auth.caller(request),
     )
     return ToolCallOut.of(tc)
 

@@ -8,7 +8,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Header, Query, Request, Response
 
-from agentd.api import idempotency, pagination, problems
+from agentd.api import auth, idempotency, pagination, problems
 from agentd.api.schemas import (
     AppendMessage,
     AtMessage,
@@ -21,6 +21,8 @@ from agentd.api.schemas import (
     Observe,
     Page,
     Resume,
+    SentMessageOut,
+    SentOut,
     StartLoop,
     ToolCallOut,
     UpgradeLoop,
@@ -31,8 +33,8 @@ from agentd.db.pool import Connection, connection, transaction
 from agentd.engine import upgrades
 from agentd.errors import LoopNotFound
 from agentd.llm import prices
-from agentd.states import LoopStatus
-from agentd.store import agent_versions, events, loops, messages, tool_calls
+from agentd.states import LoopInputStatus, LoopStatus
+from agentd.store import agent_versions, events, loop_inputs, loops, messages, tool_calls
 from agentd.store.models import Loop
 
 router = APIRouter(prefix="/loops", tags=["loops"])
@@ -240,10 +242,63 @@ async def list_events(
     return Page[EventOut](items=[EventOut.of(e) for e in rows], next_cursor=nxt)
 
 
-@router.post("/{loop_id}/messages", summary="Append a user message and continue", responses=_CHANGE)
-async def append_message(loop_id: UUID, body: AppendMessage, request: Request) -> LoopOut:
-    """Only for a loop at rest (completed, failed, paused, stopped): 409 while it runs."""
-    return LoopOut.of(await app_state(request).lifecycle.append_message(loop_id, body.content))
+@router.post(
+    "/{loop_id}/messages",
+    summary="Send a user message (continue, steer or interrupt)",
+    responses={**_CHANGE, 202: {"description": "Accepted: pending until a turn boundary."}},
+)
+async def append_message(
+    loop_id: UUID,
+    body: AppendMessage,
+    request: Request,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias=idempotency.HEADER,
+            pattern=idempotency.KEY_PATTERN,
+            description="Retrying with the same key (per loop) answers with the message the "
+            "first request sent (`Idempotent-Replayed: true`) instead of sending another; "
+            "another body with the key is a 422.",
+        ),
+    ] = None,
+) -> SentOut:
+    """A loop at rest (completed, failed, paused, stopped) takes the message now and
+    continues (200). A running, waiting or queued loop takes it by `mode` (docs/api.md,
+    Steering): `queue` (default) and `inject` answer 202 with the message pending;
+    `interrupt` cancels the turn in flight and answers 200 with the message applied."""
+    state = app_state(request)
+    sent = await state.lifecycle.send(
+        loop_id,
+        body.content,
+        mode=body.mode,
+        idempotency_key=idempotency_key,
+        request_hash=(
+            idempotency.request_hash(body.model_dump(mode="json")) if idempotency_key else None
+        ),
+        sent_by=auth.caller(request),
+    )
+    if sent.replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    if sent.input.status == LoopInputStatus.PENDING:
+        response.status_code = 202
+    return SentOut.of_send(sent.loop, sent.input)
+
+
+@router.get("/{loop_id}/sent-messages", summary="Messages sent to the loop", responses=_READ)
+async def list_sent_messages(
+    loop_id: UUID,
+    request: Request,
+    pending: Annotated[bool, Query(description="Only those not applied yet.")] = False,
+) -> Page[SentMessageOut]:
+    """Every message sent with POST /messages, oldest first: pending ones, and applied ones
+    with the transcript message each became."""
+    state = app_state(request)
+    async with connection(state.pool) as conn:
+        if await loops.get(conn, loop_id=loop_id) is None:
+            raise LoopNotFound(f"no loop {loop_id}")
+        rows = await loop_inputs.list_(conn, loop_id=loop_id, pending_only=pending)
+    return Page[SentMessageOut](items=[SentMessageOut.of(i) for i in rows], next_cursor=None)
 
 
 @router.post(

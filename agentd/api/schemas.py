@@ -12,8 +12,16 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 from agentd.api import hygiene
 from agentd.json_types import JSONValue
 from agentd.llm import prices
-from agentd.states import ApprovalStatus, InputStatus, LoopStatus, MessageStatus, ToolCallStatus
-from agentd.store.models import Event, Loop, Message, ToolCall
+from agentd.states import (
+    ApprovalStatus,
+    InputMode,
+    InputStatus,
+    LoopInputStatus,
+    LoopStatus,
+    MessageStatus,
+    ToolCallStatus,
+)
+from agentd.store.models import Event, Loop, LoopInput, Message, ToolCall
 
 T = TypeVar("T")
 
@@ -109,6 +117,13 @@ class ForkLoop(AtMessage):
 
 class AppendMessage(_In):
     content: NonBlank = Field(description="The user message to add before continuing.")
+    mode: InputMode | None = Field(
+        None,
+        description="For a running, waiting or queued loop: `queue` (the default) adds the "
+        "message when the run ends and continues with it; `inject` adds it when the next "
+        "turn starts (the model sees it on its next call); `interrupt` cancels the turn in "
+        "flight and continues with it now. A loop at rest takes it at once, whatever the mode.",
+    )
 
 
 class Resume(_In):
@@ -679,3 +694,41 @@ class CostsOut(BaseModel):
     since: datetime
     until: datetime
     agents: list[AgentCostOut] = Field(description="Loops created in [since, until), by agent.")
+
+
+class SentMessageOut(BaseModel):
+    """A message sent to a loop: pending until a turn boundary makes it `message_id`."""
+
+    id: int
+    mode: InputMode
+    status: LoopInputStatus
+    content: str
+    message_id: int | None = Field(
+        None, description="The transcript message it became (null while pending)."
+    )
+    sent_by: str | None
+    created_at: datetime
+    applied_at: datetime | None
+
+    @classmethod
+    def of(cls, i: LoopInput) -> SentMessageOut:
+        return cls(
+            id=i.id,
+            mode=InputMode(i.mode),
+            status=LoopInputStatus(i.status),
+            content=i.content,
+            message_id=i.message_id,
+            sent_by=i.sent_by,
+            created_at=i.created_at,
+            applied_at=i.applied_at,
+        )
+
+
+class SentOut(LoopOut):
+    """The loop after a send, and the message sent (`sent`)."""
+
+    sent: SentMessageOut
+
+    @classmethod
+    def of_send(cls, loop: Loop, i: LoopInput) -> SentOut:
+        return cls(**dict(LoopOut.of(loop)), sent=SentMessageOut.of(i))

@@ -1,16 +1,18 @@
 """GET /v1/loops/{id}/stream: Server-Sent Events fed by one shared LISTEN per process.
 
 The engine (in this process or any other) publishes JSON on the `agentd_stream` channel at
-commit: `delta` (streamed text), `message` (a committed message id), `status`, `approval`;
+commit: `delta` (streamed text), `message` (a committed message id), `status`, `approval`,
+`sent` (a message sent to the loop: its input id and mode);
 `api/stream_hub.py` fans it out, so an SSE client costs no database connection while it
 waits. `protocol=ag-ui` hands the same feed to `api/agui.py`.
 
 Event ids (for `Last-Event-ID` resumption):
 
 - `m<N>`: a `message` event; N is the message id.
-- `d<N>.<k>`, `s<N>.<k>`, `a<N>.<k>`: delta, status and approval events; N is the highest
-  message id sent on the stream so far, k a counter; while a message is being streamed,
-  `.<id>.<chars>` follows: the characters of it this stream has shown.
+- `d<N>.<k>`, `s<N>.<k>`, `a<N>.<k>`, `i<N>.<k>`: delta, status, approval and sent
+  events; N is the highest message id sent on the stream so far, k a counter; while a
+  message is being streamed, `.<id>.<chars>` follows: the characters of it this stream
+  has shown.
 
 On reconnect with `Last-Event-ID`, every visible message with id > N is sent, and so are
 the tool results after the newest assistant message with id <= N: the tool calls of one
@@ -54,7 +56,7 @@ from agentd.errors import LoopNotFound
 from agentd.store import loops
 from agentd.store.models import Loop
 
-_EVENT_ID = re.compile(r"^[mdsa](\d{1,18})(?:\.\d{1,18}(?:\.(\d{1,18})\.(\d{1,18}))?)?$")
+_EVENT_ID = re.compile(r"^[mdsai](\d{1,18})(?:\.\d{1,18}(?:\.(\d{1,18})\.(\d{1,18}))?)?$")
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,9 @@ class LoopStream:
             elif kind == "approval":
                 data = {k: v for k, v in item.items() if k not in ("type", "loop_id")}
                 yield _frame("approval", self._next_id("a"), data)
+            elif kind == "sent":  # a message sent to the loop, pending or applied now
+                data = {k: v for k, v in item.items() if k not in ("type", "loop_id")}
+                yield _frame("sent", self._next_id("i"), data)
             elif kind == "status" or item is RESYNC:
                 for frame in await self._catch_up():
                     yield frame
@@ -222,7 +227,8 @@ def _parse_last_event_id(value: str | None) -> Resume | None:
     if m is None:
         raise ApiProblem(
             400,
-            "Last-Event-ID is not an id this stream sent (m<N>, d<N>.<k>, s<N>.<k>, a<N>.<k>)",
+            "Last-Event-ID is not an id this stream sent (m<N>, d<N>.<k>, s<N>.<k>, a<N>.<k>, "
+            "i<N>.<k>)",
             problem_type="invalid-last-event-id",
         )
     streamed = (int(m.group(2)), int(m.group(3))) if m.group(2) else None
@@ -235,7 +241,8 @@ def _parse_last_event_id(value: str | None) -> Resume | None:
     response_class=StreamingResponse,
     responses={
         200: {
-            "description": "An SSE stream: `status`, `delta`, `message`, `approval` events "
+            "description": "An SSE stream: `status`, `delta`, `message`, `approval`, `sent` "
+            "events "
             "(with `protocol=ag-ui`: AG-UI events).",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
@@ -299,3 +306,47 @@ async def _stream(request: Request, loop_id: UUID, last_event_id: str | None) ->
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         on_close=[lambda: hub.unsubscribe(sub)],
     )
+
+
+_AGUI_POST = {
+    200: {
+        "description": "The AG-UI events of the run the input started (as the GET stream).",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    },
+    **problems.responses(400, 401, 403, 404, 409, 413, 422, 503),
+}
+
+
+@router.post(
+    "/loops/{loop_id}/stream",
+    summary="AG-UI input: continue the thread (RunAgentInput), answered with its run's events",
+    response_class=StreamingResponse,
+    responses=_AGUI_POST,
+)
+async def agui_input(
+    loop_id: UUID,
+    body: agui.RunInput,
+    request: Request,
+    protocol: Annotated[
+        Literal["ag-ui"],
+        Query(description="Only `ag-ui`: this POST is the AG-UI endpoint's (docs/api.md)."),
+    ] = "ag-ui",
+) -> Response:
+    """The AG-UI `HttpAgent` endpoint of one loop: `threadId` must be the loop id. New user
+    messages are sent to the loop (a loop at rest continues; a working one gets them
+    queued), `state` is merged while it rests, and the answer is the AG-UI stream of the
+    run (RUN_STARTED ... RUN_FINISHED)."""
+    return await agui.run(request, body, agent=None, loop_id=loop_id)
+
+
+@router.post(
+    "/agents/{agent}/ag-ui",
+    summary="AG-UI input: start or continue a thread of an agent (RunAgentInput)",
+    response_class=StreamingResponse,
+    responses=_AGUI_POST,
+)
+async def agui_agent_input(agent: str, body: agui.RunInput, request: Request) -> Response:
+    """The AG-UI `HttpAgent` endpoint of an agent: a new `threadId` (a UUID) starts a loop
+    with that id and the first user message; a known one continues it as the loop's own
+    endpoint does."""
+    return await agui.run(request, body, agent=agent, loop_id=None)

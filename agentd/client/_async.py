@@ -6,6 +6,7 @@ import asyncio
 import builtins
 import os
 from collections.abc import AsyncIterator
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -15,11 +16,20 @@ from httpx_sse import aconnect_sse
 from agentd.client import errors, routes, streaming
 from agentd.client.models import (
     AgentUpgradeOut,
+    CostsOut,
+    DeliveryOut,
+    EndpointOut,
     EventOut,
+    InputRequestOut,
     LoopOut,
     LoopUpgradeOut,
     MessageOut,
     Page,
+    ProvidersOut,
+    ScheduleOut,
+    SentMessageOut,
+    SentOut,
+    StateOut,
     StreamEvent,
     ToolCallOut,
 )
@@ -47,6 +57,7 @@ class AsyncClient:
         token: str | None = None,
         *,
         timeout: float = 30.0,
+        retries: int = 2,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._http = httpx.AsyncClient(
@@ -55,6 +66,7 @@ class AsyncClient:
             timeout=timeout,
             transport=transport,
         )
+        self.retries = retries
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -66,16 +78,23 @@ class AsyncClient:
         await self._http.aclose()
 
     async def _do(self, call: routes.Call[R]) -> R:
-        try:
-            r = await self._http.request(
-                call.method,
-                call.path,
-                json=call.json,
-                params=call.params or None,
-                headers=call.headers or None,
-            )
-        except httpx.TransportError as exc:
-            raise errors.TransportError(f"{call.method} {call.path}: {exc!r}") from exc
+        attempt = 0
+        while True:
+            try:
+                r = await self._http.request(
+                    call.method,
+                    call.path,
+                    json=call.json,
+                    params=call.params or None,
+                    headers=call.headers or None,
+                )
+                break
+            except httpx.TransportError as exc:
+                if attempt < self.retries and routes.retryable(call, exc):
+                    attempt += 1
+                    await asyncio.sleep(routes.retry_delay(attempt))
+                    continue
+                raise errors.TransportError(f"{call.method} {call.path}: {exc!r}") from exc
         if r.status_code >= 400:
             raise errors.from_response(r)
         return call.parse(r.json() if r.content else None)
@@ -94,6 +113,7 @@ class AsyncClient:
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
         idempotency_key: str | None = None,
+        max_cost: Decimal | str | None = None,
     ) -> LoopOut:
         """Start a loop. Retrying with the same `idempotency_key` (and body) returns the
         loop the first attempt started instead of starting another."""
@@ -108,6 +128,7 @@ class AsyncClient:
                 concurrency_key=concurrency_key,
                 concurrency_limit=concurrency_limit,
                 idempotency_key=idempotency_key,
+                max_cost=max_cost,
             )
         )
 
@@ -149,9 +170,25 @@ class AsyncClient:
         """Events oldest first; pass `int(page.next_cursor)` as `after` for the next page."""
         return await self._do(routes.events(loop_id, after, limit))
 
-    async def send(self, loop_id: LoopId, content: str) -> LoopOut:
-        """Append a user message to a loop at rest and continue it."""
-        return await self._do(routes.send(loop_id, content))
+    async def send(
+        self,
+        loop_id: LoopId,
+        content: str,
+        *,
+        mode: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> SentOut:
+        """Send a user message: a loop at rest continues with it; a working one takes it
+        by `mode` ("queue", the default: when the run ends; "inject": at the next turn
+        boundary; "interrupt": now, cancelling the turn in flight). The loop, plus `sent`
+        (pending or applied)."""
+        return await self._do(routes.send(loop_id, content, mode, idempotency_key))
+
+    async def sent_messages(
+        self, loop_id: LoopId, *, pending: bool = False
+    ) -> builtins.list[SentMessageOut]:
+        """The messages sent to the loop, oldest first (only pending ones if asked)."""
+        return await self._do(routes.sent_messages(loop_id, pending))
 
     async def pause(self, loop_id: LoopId) -> LoopOut:
         return await self._do(routes.action(loop_id, "pause"))
@@ -202,6 +239,110 @@ class AsyncClient:
 
     async def deny(self, tool_call_id: int, *, reason: str | None = None) -> ToolCallOut:
         return await self._do(routes.decide(tool_call_id, False, reason, None))
+
+    async def get_state(self, loop_id: LoopId) -> StateOut:
+        """The loop's state and its version (pass the version to patch_state)."""
+        return await self._do(routes.get_state(loop_id))
+
+    async def patch_state(
+        self, loop_id: LoopId, patch: dict[str, Any], *, if_match: int | str | None = None
+    ) -> StateOut:
+        """JSON merge patch of the loop's state; `if_match` is the version it applies to
+        (or "*"); a stale one raises PreconditionFailed."""
+        return await self._do(routes.patch_state(loop_id, patch, if_match))
+
+    async def feed(
+        self,
+        *,
+        after: int | None = None,
+        loop: LoopId | None = None,
+        agent: str | None = None,
+        types: builtins.list[str] | None = None,
+        limit: int = 100,
+    ) -> Page[EventOut]:
+        """The fleet's events (GET /v1/events), oldest first; pass `int(next_cursor)` as
+        `after`."""
+        return await self._do(routes.feed(after, loop, agent, types, limit))
+
+    async def costs(
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        agent: str | None = None,
+    ) -> CostsOut:
+        return await self._do(routes.costs(since, until, agent))
+
+    async def providers(self) -> ProvidersOut:
+        return await self._do(routes.providers())
+
+    async def webhooks(self) -> builtins.list[EndpointOut]:
+        return await self._do(routes.webhooks())
+
+    async def webhook_deliveries(
+        self, *, status: str | None = None, cursor: str | int | None = None, limit: int = 50
+    ) -> Page[DeliveryOut]:
+        return await self._do(routes.webhook_deliveries(status, cursor, limit))
+
+    async def resend_delivery(self, delivery_id: int) -> DeliveryOut:
+        return await self._do(routes.resend_delivery(delivery_id))
+
+    async def input_requests(self, loop_id: LoopId) -> builtins.list[InputRequestOut]:
+        """Tool calls whose MCP server asked for a person's input."""
+        return await self._do(routes.input_requests(loop_id))
+
+    async def answer_input(
+        self,
+        tool_call_id: int,
+        *,
+        action: str | None = None,
+        content: dict[str, Any] | None = None,
+        responses: dict[str, dict[str, Any]] | None = None,
+    ) -> ToolCallOut:
+        return await self._do(routes.answer_input(tool_call_id, action, content, responses))
+
+    async def create_schedule(
+        self,
+        name: str,
+        agent: str,
+        message: str,
+        *,
+        cron: str | None = None,
+        at: datetime | None = None,
+        timezone: str | None = None,
+        overlap: str | None = None,
+        subject: str | None = None,
+        state: dict[str, Any] | None = None,
+        enabled: bool | None = None,
+    ) -> ScheduleOut:
+        spec = {
+            "name": name,
+            "agent": agent,
+            "message": message,
+            "cron": cron,
+            "at": at.isoformat() if at is not None else None,
+            "timezone": timezone,
+            "overlap": overlap,
+            "subject": subject,
+            "state": state,
+            "enabled": enabled,
+        }
+        return await self._do(routes.create_schedule(spec))
+
+    async def schedules(self) -> builtins.list[ScheduleOut]:
+        return await self._do(routes.list_schedules())
+
+    async def get_schedule(self, name: str) -> ScheduleOut:
+        return await self._do(routes.schedule("GET", name))
+
+    async def delete_schedule(self, name: str) -> ScheduleOut:
+        return await self._do(routes.schedule("DELETE", name))
+
+    async def pause_schedule(self, name: str) -> ScheduleOut:
+        return await self._do(routes.schedule("POST", name, "pause"))
+
+    async def resume_schedule(self, name: str) -> ScheduleOut:
+        return await self._do(routes.schedule("POST", name, "resume"))
 
     async def agents(self) -> builtins.list[dict[str, Any]]:
         return await self._do(routes.agents())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -15,11 +16,20 @@ from agentd.client import errors, routes, streaming
 from agentd.client._async import DEFAULT_URL, _headers
 from agentd.client.models import (
     AgentUpgradeOut,
+    CostsOut,
+    DeliveryOut,
+    EndpointOut,
     EventOut,
+    InputRequestOut,
     LoopOut,
     LoopUpgradeOut,
     MessageOut,
     Page,
+    ProvidersOut,
+    ScheduleOut,
+    SentMessageOut,
+    SentOut,
+    StateOut,
     StreamEvent,
     ToolCallOut,
 )
@@ -40,6 +50,7 @@ class Client:
         token: str | None = None,
         *,
         timeout: float = 30.0,
+        retries: int = 2,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self._http = httpx.Client(
@@ -48,6 +59,7 @@ class Client:
             timeout=timeout,
             transport=transport,
         )
+        self.retries = retries
 
     def __enter__(self) -> Client:
         return self
@@ -59,16 +71,23 @@ class Client:
         self._http.close()
 
     def _do(self, call: routes.Call[R]) -> R:
-        try:
-            r = self._http.request(
-                call.method,
-                call.path,
-                json=call.json,
-                params=call.params or None,
-                headers=call.headers or None,
-            )
-        except httpx.TransportError as exc:
-            raise errors.TransportError(f"{call.method} {call.path}: {exc!r}") from exc
+        attempt = 0
+        while True:
+            try:
+                r = self._http.request(
+                    call.method,
+                    call.path,
+                    json=call.json,
+                    params=call.params or None,
+                    headers=call.headers or None,
+                )
+                break
+            except httpx.TransportError as exc:
+                if attempt < self.retries and routes.retryable(call, exc):
+                    attempt += 1
+                    time.sleep(routes.retry_delay(attempt))
+                    continue
+                raise errors.TransportError(f"{call.method} {call.path}: {exc!r}") from exc
         if r.status_code >= 400:
             raise errors.from_response(r)
         return call.parse(r.json() if r.content else None)
@@ -87,6 +106,7 @@ class Client:
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
         idempotency_key: str | None = None,
+        max_cost: Decimal | str | None = None,
     ) -> LoopOut:
         """Start a loop. Retrying with the same `idempotency_key` (and body) returns the
         loop the first attempt started instead of starting another."""
@@ -101,6 +121,7 @@ class Client:
                 concurrency_key=concurrency_key,
                 concurrency_limit=concurrency_limit,
                 idempotency_key=idempotency_key,
+                max_cost=max_cost,
             )
         )
 
@@ -141,9 +162,25 @@ class Client:
         """Events oldest first; pass `int(page.next_cursor)` as `after` for the next page."""
         return self._do(routes.events(loop_id, after, limit))
 
-    def send(self, loop_id: LoopId, content: str) -> LoopOut:
-        """Append a user message to a loop at rest and continue it."""
-        return self._do(routes.send(loop_id, content))
+    def send(
+        self,
+        loop_id: LoopId,
+        content: str,
+        *,
+        mode: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> SentOut:
+        """Send a user message: a loop at rest continues with it; a working one takes it
+        by `mode` ("queue", the default: when the run ends; "inject": at the next turn
+        boundary; "interrupt": now, cancelling the turn in flight). The loop, plus `sent`
+        (pending or applied)."""
+        return self._do(routes.send(loop_id, content, mode, idempotency_key))
+
+    def sent_messages(
+        self, loop_id: LoopId, *, pending: bool = False
+    ) -> builtins.list[SentMessageOut]:
+        """The messages sent to the loop, oldest first (only pending ones if asked)."""
+        return self._do(routes.sent_messages(loop_id, pending))
 
     def pause(self, loop_id: LoopId) -> LoopOut:
         return self._do(routes.action(loop_id, "pause"))
@@ -194,6 +231,110 @@ class Client:
 
     def deny(self, tool_call_id: int, *, reason: str | None = None) -> ToolCallOut:
         return self._do(routes.decide(tool_call_id, False, reason, None))
+
+    def get_state(self, loop_id: LoopId) -> StateOut:
+        """The loop's state and its version (pass the version to patch_state)."""
+        return self._do(routes.get_state(loop_id))
+
+    def patch_state(
+        self, loop_id: LoopId, patch: dict[str, Any], *, if_match: int | str | None = None
+    ) -> StateOut:
+        """JSON merge patch of the loop's state; `if_match` is the version it applies to
+        (or "*"); a stale one raises PreconditionFailed."""
+        return self._do(routes.patch_state(loop_id, patch, if_match))
+
+    def feed(
+        self,
+        *,
+        after: int | None = None,
+        loop: LoopId | None = None,
+        agent: str | None = None,
+        types: builtins.list[str] | None = None,
+        limit: int = 100,
+    ) -> Page[EventOut]:
+        """The fleet's events (GET /v1/events), oldest first; pass `int(next_cursor)` as
+        `after`."""
+        return self._do(routes.feed(after, loop, agent, types, limit))
+
+    def costs(
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        agent: str | None = None,
+    ) -> CostsOut:
+        return self._do(routes.costs(since, until, agent))
+
+    def providers(self) -> ProvidersOut:
+        return self._do(routes.providers())
+
+    def webhooks(self) -> builtins.list[EndpointOut]:
+        return self._do(routes.webhooks())
+
+    def webhook_deliveries(
+        self, *, status: str | None = None, cursor: str | int | None = None, limit: int = 50
+    ) -> Page[DeliveryOut]:
+        return self._do(routes.webhook_deliveries(status, cursor, limit))
+
+    def resend_delivery(self, delivery_id: int) -> DeliveryOut:
+        return self._do(routes.resend_delivery(delivery_id))
+
+    def input_requests(self, loop_id: LoopId) -> builtins.list[InputRequestOut]:
+        """Tool calls whose MCP server asked for a person's input."""
+        return self._do(routes.input_requests(loop_id))
+
+    def answer_input(
+        self,
+        tool_call_id: int,
+        *,
+        action: str | None = None,
+        content: dict[str, Any] | None = None,
+        responses: dict[str, dict[str, Any]] | None = None,
+    ) -> ToolCallOut:
+        return self._do(routes.answer_input(tool_call_id, action, content, responses))
+
+    def create_schedule(
+        self,
+        name: str,
+        agent: str,
+        message: str,
+        *,
+        cron: str | None = None,
+        at: datetime | None = None,
+        timezone: str | None = None,
+        overlap: str | None = None,
+        subject: str | None = None,
+        state: dict[str, Any] | None = None,
+        enabled: bool | None = None,
+    ) -> ScheduleOut:
+        spec = {
+            "name": name,
+            "agent": agent,
+            "message": message,
+            "cron": cron,
+            "at": at.isoformat() if at is not None else None,
+            "timezone": timezone,
+            "overlap": overlap,
+            "subject": subject,
+            "state": state,
+            "enabled": enabled,
+        }
+        return self._do(routes.create_schedule(spec))
+
+    def schedules(self) -> builtins.list[ScheduleOut]:
+        return self._do(routes.list_schedules())
+
+    def get_schedule(self, name: str) -> ScheduleOut:
+        return self._do(routes.schedule("GET", name))
+
+    def delete_schedule(self, name: str) -> ScheduleOut:
+        return self._do(routes.schedule("DELETE", name))
+
+    def pause_schedule(self, name: str) -> ScheduleOut:
+        return self._do(routes.schedule("POST", name, "pause"))
+
+    def resume_schedule(self, name: str) -> ScheduleOut:
+        return self._do(routes.schedule("POST", name, "resume"))
 
     def agents(self) -> builtins.list[dict[str, Any]]:
         return self._do(routes.agents())

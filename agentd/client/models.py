@@ -5,23 +5,40 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agentd.api.routes_schedules import ScheduleOut
+from agentd.api.routes_state import StateOut
+from agentd.api.routes_webhooks import DeliveryOut, EndpointOut
 from agentd.api.schemas import (
     AgentUpgradeOut,
+    CostsOut,
     EventOut,
+    InputRequestOut,
     LoopOut,
     LoopUpgradeOut,
     MessageOut,
     Page,
+    ProvidersOut,
+    SentMessageOut,
+    SentOut,
     ToolCallOut,
 )
 
 __all__ = [
     "AgentUpgradeOut",
+    "CostsOut",
+    "DeliveryOut",
+    "EndpointOut",
     "EventOut",
+    "InputRequestOut",
     "LoopOut",
     "LoopUpgradeOut",
     "MessageOut",
     "Page",
+    "ProvidersOut",
+    "ScheduleOut",
+    "SentMessageOut",
+    "SentOut",
+    "StateOut",
     "StreamEvent",
     "ToolCallOut",
 ]
@@ -31,7 +48,7 @@ __all__ = [
 class StreamEvent:
     """One Server-Sent Event of GET /v1/loops/{id}/stream.
 
-    `event` is `status`, `delta`, `message` or `approval`; `data` its JSON payload;
+    `event` is `status`, `delta`, `message`, `approval` or `sent`; `data` its JSON payload;
     `message` the parsed MessageOut for `message` events.
     """
 

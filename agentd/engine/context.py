@@ -80,12 +80,44 @@ class TurnContext:
 
     async def complete_loop(self, *, reason: str = TransitionReason.COMPLETED_BY_HOST) -> None:
         """Host-driven completion: finish the loop now, fenced by this turn's token,
-        without another LLM request (step_count is not incremented)."""
+        without another LLM request (step_count is not incremented). Messages sent to the
+        loop and still pending are applied instead, and the loop goes on with them, as it
+        would after the model's last turn (engine/steering.py)."""
         from agentd.db.pool import transaction
-        from agentd.store import events, loops, messages
+        from agentd.engine import dispatch, steering
+        from agentd.store import events, loop_inputs, loops, messages
         from agentd.store.models import NewEvent
 
         async with transaction(self.runtime.pool) as conn:
+            # The row lock first: a send that committed before it is seen below.
+            if not await loops.lock_turn(
+                conn, loop_id=self.loop.id, execution_token=self.execution_token
+            ):
+                raise FenceLost()
+            applied = await loop_inputs.apply(conn, loop_id=self.loop.id, everything=True)
+            if applied:
+                await messages.fail_shells(conn, loop_id=self.loop.id)
+                await steering.record_applied(conn, self.loop.id, applied)
+                steered = await loops.fenced_transition(
+                    conn,
+                    loop_id=self.loop.id,
+                    execution_token=self.execution_token,
+                    from_statuses=[LoopStatus.RUNNING],
+                    status=LoopStatus.QUEUED,
+                    reason=TransitionReason.STEERED,
+                    new_token=self.execution_token,
+                )
+                assert steered is not None  # under the row lock, on this turn's token
+                await dispatch.enqueue_llm(
+                    conn,
+                    self.runtime,
+                    loop_id=self.loop.id,
+                    generation=self.execution_token,
+                    lease_seconds=self.loop.lease_seconds,
+                    notify=True,
+                )
+                self.finished = True
+                return
             row = await loops.fenced_transition(
                 conn,
                 loop_id=self.loop.id,

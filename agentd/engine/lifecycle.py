@@ -16,15 +16,26 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from agentd import logs
 from agentd.db.pool import Connection, Pool, transaction
-from agentd.engine import approval_edits, dispatch, forks, inputs, loop_limits, loop_state
+from agentd.engine import (
+    approval_edits,
+    dispatch,
+    forks,
+    inputs,
+    loop_limits,
+    loop_state,
+    steering,
+)
 from agentd.errors import (
     AlreadyDecided,
     BadRequest,
+    Conflict,
+    IdempotencyKeyReused,
     InvalidTransition,
     LoopNotFound,
     ToolCallNotFound,
@@ -35,15 +46,29 @@ from agentd.states import (
     ACTIVE,
     RESUMABLE,
     ApprovalStatus,
+    InputMode,
     InputStatus,
     LoopStatus,
     TransitionReason,
 )
-from agentd.store import agent_versions, events, jobs, loops, mcp, messages, tool_calls
-from agentd.store.models import Loop, NewEvent, ToolCall
+from agentd.store import agent_versions, events, jobs, loop_inputs, loops, mcp, messages, tool_calls
+from agentd.store.models import Loop, LoopInput, NewEvent, ToolCall
 
 if TYPE_CHECKING:
     pass
+
+#: The result of a tool call an interrupt cancelled before it ran (what the model sees).
+INTERRUPTED_RESULT = "interrupted: the user sent a new message before this call finished"
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A message sent to a loop: the loop after the send, and the input as it is now."""
+
+    loop: Loop
+    input: LoopInput
+    replayed: bool
+
 
 DEFAULT_RESUME_FROM = frozenset(
     {LoopStatus.INIT, LoopStatus.PAUSED, LoopStatus.FAILED, LoopStatus.STOPPED}
@@ -215,8 +240,14 @@ class Lifecycle:
         observe: bool = False,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
+        loop_id: uuid.UUID | None = None,
+        message_key: str | None = None,
     ) -> Loop:
-        """Start a loop inside the caller's transaction (the scheduler's tick uses this)."""
+        """Start a loop inside the caller's transaction (the scheduler's tick uses this).
+
+        `loop_id`: the new loop's id (an AG-UI thread's; Conflict if it exists).
+        `message_key`: the first message is recorded as a sent message with this
+        idempotency key, so sending it again later adds nothing (api/agui.py)."""
         # The loop runs the version this process loaded; an agent it has no definition of
         # runs the newest version the fleet recorded (its workers have it); neither:
         # UnknownAgent before anything is written.
@@ -237,20 +268,46 @@ class Lifecycle:
         key, limit = _concurrency(agent_key, agent_limit, concurrency_key, concurrency_limit)
         loop_state.check_size(state or {}, self.settings.max_state_bytes)
         token = uuid.uuid4()
-        loop = await loops.insert(
-            conn,
-            agent=agent,
-            subject=subject,
-            state=state or {},
-            execution_token=token,
-            title=title,
-            observed=observe,
-            agent_version=version,
-        )
+        if loop_id is None:
+            loop = await loops.insert(
+                conn,
+                agent=agent,
+                subject=subject,
+                state=state or {},
+                execution_token=token,
+                title=title,
+                observed=observe,
+                agent_version=version,
+            )
+        else:
+            made = await loops.insert_with_id(
+                conn,
+                loop_id=loop_id,
+                agent=agent,
+                subject=subject,
+                state=state or {},
+                execution_token=token,
+                title=title,
+                observed=observe,
+                agent_version=version,
+            )
+            if made is None:
+                raise Conflict(f"a loop {loop_id} exists already")
+            loop = made
         if key is not None and limit is not None:
             # Before the job is claimable: the claim must see the key with the job.
             loop = await loops.set_concurrency(conn, loop_id=loop.id, key=key, limit=limit) or loop
-        await messages.insert(conn, loop_id=loop.id, role="user", content=message)
+        if message_key is None:
+            await messages.insert(conn, loop_id=loop.id, role="user", content=message)
+        else:
+            await loop_inputs.insert(
+                conn,
+                loop_id=loop.id,
+                mode=InputMode.QUEUE,
+                content=message,
+                idempotency_key=message_key,
+            )
+            await loop_inputs.apply(conn, loop_id=loop.id, everything=True)
         await dispatch.enqueue_llm(
             conn,
             None,
@@ -278,11 +335,101 @@ class Lifecycle:
                     f"loop {loop_id} is {loop.status}; wait for it to finish or pause it first",
                     current_status=loop.status,
                 )
-            await messages.insert(conn, loop_id=loop.id, role="user", content=content)
-            await tool_calls.revoke_leases(conn, loop_id=loop.id)
-            row = await self._dispatch(conn, loop, TransitionReason.CONTINUED)
-            await self._record(conn, row, "loop.continued", TransitionReason.CONTINUED)
-            return row
+            sent = await self._send_in(conn, loop, content, InputMode.QUEUE, None, None, None)
+            return sent.loop
+
+    async def send(
+        self,
+        loop_id: uuid.UUID,
+        content: str,
+        *,
+        mode: str | None = None,
+        idempotency_key: str | None = None,
+        request_hash: bytes | None = None,
+        sent_by: str | None = None,
+    ) -> Sent:
+        """Send a user message to a loop in any state (docs/api.md, Steering).
+
+        At rest (completed, failed, paused, stopped): added now, and the loop continues.
+        Running, waiting or queued: `queue` (the default) waits for the run to end, then the
+        loop continues with it; `inject` is added when the next turn starts (after the
+        current LLM call, or its tool calls, commit); `interrupt` cancels the turn in flight
+        (the stream is cut, unfinished tool calls are cancelled and answered "interrupted"),
+        is added now, and a new turn starts. A retry with the same `idempotency_key` answers
+        with the first send (`replayed`); another request with the key is refused.
+        """
+        if not isinstance(content, str) or not content.strip():
+            raise BadRequest("content must be a non-empty string")
+        wanted = InputMode(mode) if mode is not None else InputMode.QUEUE
+        async with transaction(self.pool) as conn:
+            loop = await self._locked(conn, loop_id)
+            if idempotency_key is not None:
+                found = await loop_inputs.get_by_key(conn, loop_id=loop.id, key=idempotency_key)
+                if found is not None:
+                    if request_hash is not None and found.request_hash != request_hash:
+                        raise IdempotencyKeyReused(
+                            f"Idempotency-Key {idempotency_key!r} was used with a different "
+                            f"request (input {found.id} of loop {loop.id})",
+                            input_id=found.id,
+                        )
+                    return Sent(loop=loop, input=found, replayed=True)
+            return await self._send_in(
+                conn, loop, content, wanted, idempotency_key, request_hash, sent_by
+            )
+
+    async def _send_in(
+        self,
+        conn: Connection,
+        loop: Loop,
+        content: str,
+        mode: InputMode,
+        idempotency_key: str | None,
+        request_hash: bytes | None,
+        sent_by: str | None,
+    ) -> Sent:
+        sent = await loop_inputs.insert(
+            conn,
+            loop_id=loop.id,
+            mode=mode,
+            content=content,
+            idempotency_key=idempotency_key,
+            request_hash=request_hash,
+            sent_by=sent_by,
+        )
+        await events.insert_many(
+            conn,
+            [
+                NewEvent(
+                    name="loop.message_received",
+                    loop_id=loop.id,
+                    reason=mode,
+                    log=json.dumps({"input_id": sent.id, "mode": mode, "status": loop.status}),
+                )
+            ],
+        )
+        await events.publish(
+            conn,
+            {"type": "sent", "loop_id": str(loop.id), "input_id": sent.id, "mode": mode},
+        )
+        at_rest = loop.status not in ACTIVE
+        if not at_rest and mode != InputMode.INTERRUPT:
+            row = await loops.get(conn, loop_id=loop.id)
+            assert row is not None
+            return Sent(loop=row, input=sent, replayed=False)
+        if not at_rest:
+            # Interrupt: revoke the turn in flight (its worker cancels it and writes nothing;
+            # a running tool call's MCP request is cancelled), answer the calls the model is
+            # waiting on, then go on with the messages, in the order they were sent.
+            await self._cancel_in_flight(conn, loop, "interrupt", only_generation=True)
+            await tool_calls.interrupt_unresolved(conn, loop_id=loop.id, text=INTERRUPTED_RESULT)
+        applied = await loop_inputs.apply(conn, loop_id=loop.id, everything=True)
+        await steering.record_applied(conn, loop.id, applied)
+        await tool_calls.revoke_leases(conn, loop_id=loop.id)
+        reason = TransitionReason.CONTINUED if at_rest else TransitionReason.INTERRUPTED
+        row = await self._dispatch(conn, loop, reason)
+        await self._record(conn, row, "loop.continued" if at_rest else "loop.interrupted", reason)
+        mine = next((i for i in applied if i.id == sent.id), sent)
+        return Sent(loop=row, input=mine, replayed=False)
 
     async def regenerate(self, loop_id: uuid.UUID, message_id: int) -> Loop:
         """Re-run the loop from just after `message_id`; later messages are superseded.

@@ -24,7 +24,7 @@ from typing import Any
 
 from agentd import logs
 from agentd.db.pool import Connection, connection, transaction
-from agentd.engine import dispatch, scopes, versions
+from agentd.engine import dispatch, scopes, steering, versions
 from agentd.engine.chaining import Chain
 from agentd.engine.context import ToolContext, TurnContext
 from agentd.engine.history_cache import HistoryCache
@@ -399,7 +399,7 @@ class Worker:
         with scopes.turn(rt.telemetry, ctx, worker=str(rt.worker_id), job_id=job_id):
             bound.debug("turn.claimed")
             await self._supervise(
-                lambda: self.stacks.llm(agent_cls)(ctx),
+                lambda: self._turn(ctx, agent_cls),
                 kind="turn",
                 lease=lease,
                 bound=bound,
@@ -413,6 +413,31 @@ class Worker:
             # Before the calls it chained run (they are spawned, not yet started): their
             # end may then chain the next turn without reading the tools again.
             self.history.hold_tools(loop.id, token, ctx.tools, ctx.shared_sessions)
+
+    async def _turn(self, ctx: TurnContext, agent_cls: type | None) -> None:
+        if ctx.loop.steer_pending and not await self._steer(ctx):
+            return
+        await self.stacks.llm(agent_cls)(ctx)
+
+    async def _steer(self, ctx: TurnContext) -> bool:
+        """Messages sent to the loop that are due at this turn's start join its history
+        (engine/steering.py); False: the turn lost its fence, so it writes nothing."""
+        rt = self.runtime
+        n = await steering.apply_due(
+            rt.pool, loop_id=ctx.loop.id, execution_token=ctx.execution_token
+        )
+        if n is None:
+            _turn_log.info("turn.fence_lost", at="steering")
+            return False
+        if n:
+            _turn_log.info("turn.steered", messages=n)
+            if ctx.prefetch is not None:  # read before they were applied: read again
+                async with connection(rt.pool) as conn:
+                    rows = await messages.list_(conn, loop_id=ctx.loop.id)
+                    calls = await tool_calls.list_for_loop(conn, loop_id=ctx.loop.id)
+                pre = dataclasses.replace(ctx.prefetch, messages=rows, tool_calls=calls, after=None)
+                ctx.prefetch = await self._whole_history(ctx.loop, pre)
+        return True
 
     async def _whole_history(self, loop: Loop, pre: jobs.TurnPrefetch) -> jobs.TurnPrefetch:
         """A delta prefetch merged with the transcript held (read in full if it is gone);

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -40,6 +41,7 @@ TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 TASK_TERMINAL = ("completed", "failed", "cancelled")
 STATELESS_PREFIX = "stateless-"  # marks a session id agentd made up; never sent on the wire
 _MAX_PAGES = 50
+CANCEL_NOTICE_SECONDS = 2.0  # how long a cancelled call waits to tell its server
 #: JSON-RPC errors that mean "agentd built a malformed request": a client bug, not the
 #: tool's answer. (-32602 counts only when the model's arguments fit the tool's schema.)
 CLIENT_BUG_CODES = frozenset(
@@ -250,6 +252,9 @@ class McpClient:
         payload = jsonrpc.request("tools/call", params)
         try:
             delivery = await self._deliver(payload, session_id, context, exchanges)
+        except asyncio.CancelledError:
+            await self._cancelled(payload, session_id, context)
+            raise
         except McpSessionInvalid:
             if self.config.session_recovery == "fail":
                 raise
@@ -270,6 +275,27 @@ class McpClient:
             outcome.client_error = outcome.error_code
             outcome.text = CLIENT_BUG_TEXT.format(error=outcome.text)
         return outcome
+
+    async def _cancelled(
+        self, payload: dict[str, Any], session_id: str | None, context: CallContext | None
+    ) -> None:
+        """The caller gave up on a request (an interrupt, pause, stop or timeout): tell the
+        server with `notifications/cancelled`, best effort, within CANCEL_NOTICE_SECONDS.
+        Only over HTTP: a stdio server's process is ended with the call, and an in-process
+        toolset's handler is the very task being cancelled."""
+        if self.transport_kind != "http":
+            return
+        note = jsonrpc.notification(
+            "notifications/cancelled",
+            {"requestId": payload.get("id"), "reason": "cancelled by the client"},
+        )
+        wire = None if is_synthetic(session_id) else session_id
+        send = asyncio.ensure_future(self.transport.deliver(note, session_id=wire, context=context))
+        try:
+            await asyncio.wait_for(asyncio.shield(send), CANCEL_NOTICE_SECONDS)
+        except (Exception, asyncio.CancelledError):  # best effort: the call is gone anyway
+            send.cancel()
+            log.debug("mcp_client.cancel_notice_failed", server=self.config.name)
 
     @property
     def _ends_sessions(self) -> bool:

@@ -46,12 +46,37 @@ async def insert(
     return Loop.from_record(rec)
 
 
+async def insert_with_id(
+    conn: Connection,
+    *,
+    loop_id: UUID,
+    agent: str,
+    subject: str | None,
+    state: dict[str, Any],
+    execution_token: UUID,
+    title: str | None = None,
+    observed: bool = False,
+    agent_version: str | None = None,
+) -> Loop | None:
+    """A new loop with this id, or None if one exists."""
+    rec = await conn.fetchrow(
+        sql("loop_insert_with_id"),
+        agent, subject, state, execution_token, title, observed, loop_id, agent_version,
+    )  # fmt: skip
+    return _loop(rec)
+
+
 async def get(conn: Connection, *, loop_id: UUID) -> Loop | None:
     return _loop(await conn.fetchrow(sql("loop_get"), loop_id))
 
 
 async def get_for_update(conn: Connection, *, loop_id: UUID) -> Loop | None:
     return _loop(await conn.fetchrow(sql("loop_get_for_update"), loop_id))
+
+
+async def lock_turn(conn: Connection, *, loop_id: UUID, execution_token: UUID) -> bool:
+    """Take the loop's row lock if this turn still holds it (False: the fence is lost)."""
+    return await conn.fetchval(sql("loop_lock_turn"), loop_id, execution_token) is not None
 
 
 async def set_state(

@@ -166,6 +166,9 @@ class Loop(_Row):
     agent_version: str | None = None
     upgrade_to: str | None = None
     upgrade_by: str | None = None
+    # 0027: steering messages not yet applied, and whether the next turn applies them all
+    steer_pending: int = 0
+    steer_release: bool = False
 
 
 @dataclass(frozen=True)
@@ -297,3 +300,20 @@ class NewEvent:
     tool_call_id: int | None = None
     message_id: int | None = None
     inbound_session_id: int | None = None
+
+
+@dataclass(frozen=True)
+class LoopInput(_Row):
+    """A message sent to a loop (0027): pending until applied as the `message_id` row."""
+
+    id: int
+    loop_id: UUID
+    mode: str
+    content: str
+    status: str
+    message_id: int | None
+    idempotency_key: str | None
+    request_hash: bytes | None
+    sent_by: str | None
+    created_at: datetime
+    applied_at: datetime | None

@@ -298,6 +298,12 @@ async def cancel_superseded(conn: Connection, *, loop_id: UUID) -> int:
     return int(await conn.fetchval(sql("tool_call_cancel_superseded"), loop_id))
 
 
+async def interrupt_unresolved(conn: Connection, *, loop_id: UUID, text: str) -> list[ToolCall]:
+    """Answer every unanswered call of the loop now: `text` for those that did not run."""
+    rows = await conn.fetch(sql("tool_call_interrupt_unresolved"), loop_id, text)
+    return [ToolCall.from_record(r) for r in rows]
+
+
 # --- waiting on the world: MCP input requests and MCP tasks -------------------------------
 
 

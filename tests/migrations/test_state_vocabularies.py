@@ -18,6 +18,8 @@ CHECKED: dict[tuple[str, str], type[StrEnum]] = {
     ("messages", "status"): states.MessageStatus,
     ("jobs", "queue"): states.JobQueue,
     ("webhook_deliveries", "status"): states.WebhookDeliveryStatus,
+    ("loop_inputs", "mode"): states.InputMode,
+    ("loop_inputs", "status"): states.LoopInputStatus,
 }
 #: CHECKed word lists that are not state words (roles, configuration choices).
 NOT_STATES = {

@@ -91,6 +91,38 @@ def test_resumption_drops_what_was_yielded_and_resumes_from_the_last_id() -> Non
     assert done is not None and done.data["status"] == "completed" and r.finished
 
 
+def test_send_carries_the_mode_and_idempotency_key_and_parses_the_input() -> None:
+    seen: list[httpx.Request] = []
+    sent = {
+        **LOOP,
+        "sent": {
+            "id": 7,
+            "mode": "inject",
+            "status": "pending",
+            "content": "use metric",
+            "message_id": None,
+            "sent_by": "api",
+            "created_at": "2026-12-01T10:00:01Z",
+            "applied_at": None,
+        },
+    }
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(202, json=sent)
+
+    with Client("http://agentd", "tok", transport=httpx.MockTransport(handler)) as agentd:
+        out = agentd.send(LOOP["id"], "use metric", mode="inject", idempotency_key="s-1")
+        plain = agentd.send(LOOP["id"], "hi")
+    assert out.sent.id == 7 and out.sent.status == "pending" and out.status == "queued"
+    assert plain.sent.mode == "inject"
+    first, second = seen
+    assert first.headers["Idempotency-Key"] == "s-1"
+    assert json.loads(first.content) == {"content": "use metric", "mode": "inject"}
+    assert "Idempotency-Key" not in second.headers
+    assert json.loads(second.content) == {"content": "hi"}
+
+
 def test_upgrade_sends_only_the_given_members_and_a_refusal_is_a_conflict() -> None:
     seen: list[httpx.Request] = []
     plan = {

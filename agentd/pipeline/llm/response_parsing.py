@@ -6,10 +6,12 @@ the loop (step, status, tokens: usage, or a flagged chars/4 estimate; cost and s
 totals, pipeline/llm/costs.py), the assistant message (promoting the streaming shell), its
 tool calls, their jobs (all, or only the first when sequential), the turn's events, the MCP
 sessions and tools its discovery left unrecorded (ctx.unrecorded) and, for an observed
-loop, the observers' notifications. Zero rows on the fence: FenceLost, nothing
-written. Chaining (engine/chaining.py): as many calls as the worker lends tool slots for
-are inserted leased to it, and returned in ctx.chain.leased for the worker to run once the
-stack returns.
+loop, the observers' notifications. A turn that would end the run while messages sent to
+the loop are pending leaves it queued instead, with its next turn enqueued (the statement
+reads the pending count on the row it updates; engine/steering.py). Zero rows on the
+fence: FenceLost, nothing written. Chaining (engine/chaining.py): as many calls as the
+worker lends tool slots for are inserted leased to it, and returned in ctx.chain.leased for
+the worker to run once the stack returns.
 Finalizer: yes — replacing this forfeits the fences.
 """
 
@@ -27,7 +29,7 @@ from agentd.errors import FenceLost, TooManyToolCalls
 from agentd.observability import tracing
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.llm import costs, tokens
-from agentd.states import TransitionReason, TurnOutcome
+from agentd.states import LoopStatus, TransitionReason, TurnOutcome
 from agentd.store import jobs, loops
 from agentd.store.models import NewEvent
 
@@ -136,6 +138,8 @@ class ResponseParsing:
             runtime.telemetry.llm_cost(agent=loop.agent, model=spent.model, cost=spent.cost)
         if done.jobs_enqueued:
             dispatch.wake(runtime, "tool")
+        if loop.status == LoopStatus.QUEUED:  # steered: messages sent meanwhile continue it
+            dispatch.wake(runtime, "llm")
         await self.app(ctx)
 
     async def _finalize(

@@ -6,6 +6,16 @@ INSERT INTO loops (agent, subject, state, status, execution_token, title, observ
 VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7)
 RETURNING *;
 
+-- name: loop_insert_with_id :one
+-- Lifecycle start of an AG-UI thread (its threadId is the loop id); no fence (new row).
+-- No row back: a loop with that id exists (a concurrent start of the same thread).
+-- $1 agent text · $2 subject text · $3 state jsonb · $4 execution_token uuid · $5 title text · $6 observed bool · $7 id uuid · $8 agent_version text|null
+INSERT INTO loops (id, agent, subject, state, status, execution_token, title, observed,
+                   agent_version)
+VALUES ($7, $1, $2, $3, 'queued', $4, $5, $6, $8)
+ON CONFLICT (id) DO NOTHING
+RETURNING *;
+
 -- name: loop_get :one
 -- Readers (API, engine); no fence.
 -- $1 id uuid
@@ -70,6 +80,9 @@ RETURNING *;
 -- discovery to this statement): written by agentd_mcp_discovery_write, as
 -- mcp_discovery_record writes them, after the loop's lock, so a tool call of this turn
 -- claimed by another worker finds its tool.
+-- Steering (0027): a turn that would complete the loop while steering messages are
+-- pending (loops.steer_pending, read on the updated row) leaves it queued instead, with
+-- steer_release set and an LLM job on the same generation (`sj`): that turn applies them.
 -- A key missing from the document reads as null, like a JSON null.
 -- $1 finalize jsonb (built by store/loops.py finalize_turn_all)
 WITH f AS (
@@ -97,9 +110,16 @@ WITH f AS (
 ), l AS (
     UPDATE loops
     SET step_count = loops.step_count + 1,
-        status = CASE WHEN f.completed THEN 'completed' ELSE 'running' END,
-        status_reason = CASE WHEN f.completed THEN 'model_finished' ELSE 'tool_calls' END,
-        execution_token = CASE WHEN f.completed THEN NULL ELSE loops.execution_token END,
+        -- A run that ends with steering messages pending goes on with them (0027): read
+        -- on the row this updates, so a send that committed first is always seen.
+        status = CASE WHEN NOT f.completed THEN 'running'
+                      WHEN loops.steer_pending > 0 THEN 'queued' ELSE 'completed' END,
+        status_reason = CASE WHEN NOT f.completed THEN 'tool_calls'
+                             WHEN loops.steer_pending > 0 THEN 'steered'
+                             ELSE 'model_finished' END,
+        execution_token = CASE WHEN f.completed AND loops.steer_pending = 0 THEN NULL
+                               ELSE loops.execution_token END,
+        steer_release = loops.steer_release OR (f.completed AND loops.steer_pending > 0),
         lease_expires_at = NULL, worker_id = NULL, error_message = NULL,
         tokens_prompt = loops.tokens_prompt + f.tokens_prompt,
         tokens_completion = loops.tokens_completion + f.tokens_completion,
@@ -168,6 +188,12 @@ WITH f AS (
     SELECT 'tool', 'tool_call', f.loop_id, tc.id, f.execution_token, f.tool_lease_seconds
     FROM tc, f WHERE (NOT f.sequential OR tc.position = 0) AND tc.lease_token IS NULL
     RETURNING id
+), sj AS (
+    -- steered: the next turn, on the same generation, applies the pending messages
+    INSERT INTO jobs (queue, kind, loop_id, generation, lease_seconds)
+    SELECT 'llm', 'llm_turn', l.id, l.execution_token, l.lease_seconds
+    FROM l WHERE l.status = 'queued'
+    RETURNING id
 ), ev AS (
     INSERT INTO events (loop_id, name, reason, http_method, url, status, request_data,
                         response_data, duration, log, tool_call_id, message_id,
@@ -200,7 +226,8 @@ WITH f AS (
         (2, 'agentd_stream', CASE WHEN l.observed THEN jsonb_build_object(
             'type', 'status', 'loop_id', l.id::text, 'status', l.status)::text END),
         (3, 'agentd_jobs', CASE WHEN f.notify_tool AND EXISTS (SELECT 1 FROM jb)
-                                THEN 'tool' END)
+                                THEN 'tool' END),
+        (4, 'agentd_jobs', CASE WHEN EXISTS (SELECT 1 FROM sj) THEN 'llm' END)
     ) AS v(o, chan, payload)
     WHERE v.payload IS NOT NULL
 )
@@ -478,3 +505,10 @@ ORDER BY agent;
 UPDATE loops SET state = $3, updated_at = now()
 WHERE id = $1 AND state_version = $2
 RETURNING *;
+
+-- name: loop_lock_turn :one
+-- engine/steering.py at a turn's start, before applying the messages due; fence: status
+-- running AND execution_token = $2. Takes the row lock the send takes.
+-- $1 id uuid · $2 execution_token uuid
+SELECT id FROM loops WHERE id = $1 AND execution_token = $2 AND status = 'running'
+FOR NO KEY UPDATE;

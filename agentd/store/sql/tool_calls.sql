@@ -368,3 +368,42 @@ SET approval_status = 'approved', decided_at = now(), decided_by = $2, decision_
     approved_arguments = $4, arguments = $4, status = 'pending', updated_at = now()
 WHERE id = $1 AND approval_status = 'pending'
 RETURNING *;
+
+-- name: tool_call_interrupt_unresolved :many
+-- Lifecycle.send (mode interrupt) under the loop lock, with the token rotated in the same
+-- transaction: every unanswered call of the loop gets its result now, so the next turn's
+-- prompt answers every call the model made. A call that ran (its result checkpointed) keeps
+-- its result; any other is `cancelled`, answered "interrupted"; a pending approval or
+-- input request is denied by agentd. Leases are dropped: a running tool's finish then
+-- matches nothing (its worker was told to cancel it).
+-- $1 loop_id uuid · $2 text text (the result of a call that did not run)
+WITH c AS (
+    SELECT t.id, t.executed_at, t.result FROM tool_calls t
+    WHERE t.loop_id = $1 AND t.response_message_id IS NULL
+    ORDER BY t.message_id, t.position
+    FOR NO KEY UPDATE OF t
+), r AS (
+    INSERT INTO messages (loop_id, role, content, tool_call_id, metadata)
+    SELECT $1, 'tool', CASE WHEN c.executed_at IS NULL THEN $2 ELSE coalesce(c.result, '') END,
+           c.id, jsonb_build_object('interrupted', c.executed_at IS NULL)
+    FROM c ORDER BY c.id
+    ON CONFLICT (tool_call_id) WHERE role = 'tool' DO NOTHING
+    RETURNING id, tool_call_id
+), u AS (
+    UPDATE tool_calls t
+    SET status = CASE WHEN t.executed_at IS NULL THEN 'cancelled' ELSE t.status END,
+        response_message_id = r.id,
+        result = CASE WHEN t.executed_at IS NULL THEN $2 ELSE t.result END,
+        is_success = CASE WHEN t.executed_at IS NULL THEN false ELSE t.is_success END,
+        lease_token = NULL, leased_until = NULL, lease_worker_id = NULL,
+        approval_status = CASE WHEN t.approval_status = 'pending' THEN 'denied'
+                               ELSE t.approval_status END,
+        decided_by = CASE WHEN t.approval_status = 'pending' THEN 'agentd' ELSE t.decided_by END,
+        decision_reason = CASE WHEN t.approval_status = 'pending'
+                               THEN 'interrupted by a new message' ELSE t.decision_reason END,
+        decided_at = CASE WHEN t.approval_status = 'pending' THEN now() ELSE t.decided_at END,
+        updated_at = now()
+    FROM r WHERE t.id = r.tool_call_id
+    RETURNING t.*
+)
+SELECT * FROM u ORDER BY id;

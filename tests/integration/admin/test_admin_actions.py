@@ -9,7 +9,7 @@ from admin_kit import Browser
 
 from agentd.api.state import AppState
 from agentd.db.pool import Pool, connection
-from agentd.store import loops, tool_calls
+from agentd.store import loop_inputs, loops, tool_calls
 from agentd.store.models import Loop
 from agentd.testing.agents import CALLS
 from agentd.testing.engine import eventually, running_engine
@@ -101,7 +101,11 @@ async def test_continue_a_loop_at_rest_with_a_message(
     loop = await app_state.lifecycle.start(agent="calc", message="hi")
     url = f"/admin/loops/{loop.id}/messages"
     busy = await operator.flash(await operator.post(url, {"content": "more"}))
-    assert busy.startswith("error: loop") and "queued" in busy
+    assert busy == "ok: Message queued; the loop continues with it when the current run ends."
+    inject = await operator.flash(await operator.post(url, {"content": "x", "mode": "inject"}))
+    assert inject == "ok: Message queued; the model sees it when its next turn starts."
+    bad = await operator.flash(await operator.post(url, {"content": "x", "mode": "shout"}))
+    assert bad == "error: Unknown mode 'shout'."
     await app_state.lifecycle.pause(loop.id)
     empty = await operator.flash(await operator.post(url, {"content": " "}))
     assert empty == "error: content must be a non-empty string"
@@ -109,7 +113,19 @@ async def test_continue_a_loop_at_rest_with_a_message(
     assert ok == "ok: Message added; the loop continues."
     assert (await row(pool, loop.id)).status == "queued"
     page = (await operator.get(f"/admin/loops/{loop.id}")).text
-    assert "and then?" in page
+    assert "and then?" in page and 'name="mode"' in page
+    async with connection(pool) as conn:
+        sent = await loop_inputs.list_(conn, loop_id=loop.id)
+    # the paused loop took the earlier two first, in the order they were sent
+    assert [(i.content, i.status, i.sent_by) for i in sent] == [
+        ("more", "applied", "admin:operator"),
+        ("x", "applied", "admin:operator"),
+        ("and then?", "applied", "admin:operator"),
+    ]
+    no_csrf = await operator.client.post(url, data={"content": "sneaky", "csrf": "forged"})
+    assert no_csrf.status_code == 403
+    async with connection(pool) as conn:
+        assert len(await loop_inputs.list_(conn, loop_id=loop.id)) == 3
 
 
 def script_refund(fake: FakeLLM) -> None:

@@ -49,7 +49,7 @@ async def test_approve_over_rest_runs_the_parked_call_once(
 
         r = await client.post(f"/v1/tool-calls/{call['id']}/approve", json={"reason": "ok"})
         assert r.status_code == 200 and r.json()["approval_status"] == "approved"
-        assert r.json()["decision_reason"] == "ok" and r.json()["decided_by"] == "api"
+        assert r.json()["decision_reason"] == "ok" and r.json()["decided_by"] == "api:operator"
         again = await client.post(f"/v1/tool-calls/{call['id']}/approve")
         assert again.status_code == 200 and again.json()["approval_status"] == "approved"
         await eventually(lambda: _is(client, lid, "completed"))

@@ -54,7 +54,7 @@ async def test_approve_with_edited_arguments_runs_them_and_the_model_sees_the_ed
         )
         assert r.status_code == 200, r.text
         body = r.json()
-        assert body["approval_status"] == "approved" and body["decided_by"] == "api"
+        assert body["approval_status"] == "approved" and body["decided_by"] == "api:operator"
         assert body["decided_at"] is not None and body["decision_reason"] == "capped at 10"
         assert body["arguments"] == {"amount": 10}
         assert body["approved_arguments"] == {"amount": 10}

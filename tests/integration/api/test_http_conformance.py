@@ -33,6 +33,7 @@ async def ids(pool: Pool) -> dict[str, str]:
         "action": "pause",
         "inbound_id": "1",
         "delivery_id": "1",
+        "agent": "calc",
     }
 
 

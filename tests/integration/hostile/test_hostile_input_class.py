@@ -75,6 +75,11 @@ BASE: dict[str, dict[str, Any]] = {
     "CreateSchedule": {"name": "nightly", "agent": "calc", "message": "hi", "cron": "0 3 * * *"},
     "UpgradeLoop": {"to_version": "0000000000000000", "dry_run": True},
     "UpgradeAgent": {"from_version": "0000000000000000", "dry_run": True},
+    "RunInput": {
+        "threadId": "6f1b7a52-5d1e-4f57-9d3a-0c2c7b1e8a41",
+        "runId": "r",
+        "messages": [{"id": "u", "role": "user", "content": "hi"}],
+    },
 }
 #: Every admin POST route and the form fields it reads (the clean_input dependency checks
 #: every field whatever the route reads; these make sure the real ones are tried).
@@ -135,6 +140,7 @@ async def ids(pool: Pool) -> dict[str, str]:
         "inbound_id": "1",
         "action": "resume",
         "delivery_id": "1",
+        "agent": "calc",
     }
 
 
