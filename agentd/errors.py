@@ -159,7 +159,7 @@ class InputAnswerInvalid(InputInvalid):
 
 
 class IdempotencyKeyReused(BadRequest):
-    """The Idempotency-Key was used with another request; use a new key for a new request."""
+    """The Idempotency-Key was used with a different request."""
 
     problem_type = "idempotency-key-reused"
     status = 422
