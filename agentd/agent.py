@@ -57,6 +57,7 @@ class Agent:
     api_token: str | None = None
     api_key_env: str | None = None
     read_timeout: float | None = None
+    idle_timeout: float | None = None
     streaming: bool = False
     mcps: ClassVar[list[Any]] = []
     llm_params: ClassVar[dict[str, Any]] = {}
@@ -139,6 +140,7 @@ class Agent:
             model=self.model,
             api_token=token,
             read_timeout=self.read_timeout,
+            idle_timeout=self.idle_timeout,
             model_name=self.model_name,
         )
 

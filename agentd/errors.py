@@ -222,6 +222,11 @@ class LLMTimeout(LLMError):
     """The LLM endpoint went silent for longer than read_timeout."""
 
 
+class LLMIdleTimeout(LLMTimeout):
+    """A streamed answer completed no event for longer than idle_timeout (bytes may have
+    trickled in). Re-sent like a refused connection while nothing was handed over."""
+
+
 class LLMStatusError(LLMError):
     """The LLM endpoint answered with an error status."""
 

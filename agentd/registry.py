@@ -84,6 +84,7 @@ class AgentConfig(BaseModel):
     system_prompt: str = ""
     streaming: bool = False
     read_timeout: float | None = Field(None, gt=0)
+    idle_timeout: float | None = Field(None, gt=0)
     sequential_tool_calls: bool = False
     max_tool_calls_per_turn: int | None = Field(None, ge=1)
     max_steps: int | None = Field(50, ge=1)
@@ -167,6 +168,7 @@ def agent_from_config(name: str, raw: dict[str, Any]) -> type[Agent]:
         system_prompt = cfg.system_prompt
         streaming = cfg.streaming
         read_timeout = cfg.read_timeout
+        idle_timeout = cfg.idle_timeout
         sequential_tool_calls = cfg.sequential_tool_calls
         max_tool_calls_per_turn = cfg.max_tool_calls_per_turn
         max_steps = cfg.max_steps

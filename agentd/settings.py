@@ -256,6 +256,12 @@ class Settings(BaseSettings):
     lease_margin: float = Field(60.0, description="Added to read_timeout to size an LLM lease.")
     queued_reap_threshold: float = Field(300.0, gt=0, description="Re-enqueue loops queued longer.")
     default_read_timeout: float = Field(600.0, gt=0, description="LLM inactivity timeout.")
+    default_idle_timeout: float = Field(
+        60.0,
+        gt=0,
+        description="A streamed LLM answer that completes no event for this long (bytes "
+        "trickling in do not count) fails the attempt.",
+    )
     default_tool_timeout: float = Field(600.0, gt=0, description="Ceiling for tool leases.")
     mcp_task_poll_interval: float = Field(
         5.0, gt=0, description="Seconds between MCP task polls when the server suggests none."

@@ -89,6 +89,8 @@ class TransitionReason(StrEnum):
     REAPED_WORKER_DEAD = "reaped_worker_dead"
     REAPED_JOB_LOST = "reaped_job_lost"
     RELEASED_ON_SHUTDOWN = "released_on_shutdown"
+    #: a turn given up while the database was unreachable, handed back once it answers
+    RELEASED_AFTER_OUTAGE = "released_after_outage"
     UNFROZEN = "unfrozen"
     FROZEN_BY_USER = "frozen_by_user"
     #: the Reaper found a queued loop without a live job (or queued too long): new token.

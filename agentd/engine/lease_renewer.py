@@ -6,6 +6,10 @@ did not renew (token rotated by pause/stop/reaper) has its task cancelled at onc
 writes nothing. A lease is trusted only until `renew_started_at + lease - margin/2`; past
 that with no successful renewal (database unreachable) the turn is cancelled too.
 Registrations older than max_duration + lease_leak_grace are dropped (no immortal leases).
+A turn or tool call this process gives up because the database is away (its pipeline hit
+a lost connection, or its lease went untrusted) is owed back: the release is retried
+every ~heartbeat (at most 1 s) until the database answers, so the work moves again within
+a second or so of the database's return instead of waiting out its lease (660 s).
 The same connection holds the worker's registry row, so its backend identity is what the
 Reaper's liveness check looks for.
 Tolerates: database restarts (reconnects with backoff and re-registers).
@@ -27,7 +31,8 @@ from agentd.db import pool as dbpool
 from agentd.engine.ticks import Signal, ticks
 from agentd.errors import DatabaseError
 from agentd.settings import Settings
-from agentd.store import loops, tool_calls, workers
+from agentd.states import TransitionReason
+from agentd.store import jobs, loops, tool_calls, workers
 
 log = logs.get("agentd.lease_renewer")
 
@@ -69,6 +74,12 @@ class LeaseRenewer:
         self._lock = asyncio.Lock()
         self._closed = False
         self.renewed = Signal()
+        # Work given up while the database was away, owed back to the queue (see release_*).
+        self._owed_turns: dict[uuid.UUID, uuid.UUID] = {}
+        self._owed_tools: dict[int, uuid.UUID] = {}
+        self._owed = asyncio.Event()
+        self.released = Signal()
+        self.released_count = 0
         self.lost_count = 0
         self.renewal_count = 0
         self.last_ok: float | None = None
@@ -171,6 +182,107 @@ class LeaseRenewer:
         if lease.task is not None and not lease.task.done():
             lease.task.cancel(f"lease lost: {reason}")
         log.info("lease.lost", key=str(lease.key), reason=reason)
+        if reason == "untrusted":
+            # Cancelled because the database could not be reached to renew it: the lease
+            # itself may still be valid there. Hand it back once the database answers.
+            self._owe(lease.key, lease.token)
+
+    # --- releases owed after an outage --------------------------------------------------
+
+    def release_turn(self, loop_id: uuid.UUID, token: uuid.UUID) -> None:
+        """The turn under `token` gave up because the database was away (its pipeline hit
+        a lost connection): stop renewing it and give it back to the queue as soon as the
+        database answers (fenced by the token, so a turn that moved on is left alone)."""
+        self._settle(self._llm.get(loop_id), token)
+        self._owe(loop_id, token)
+
+    def release_tool(self, tool_call_id: int, token: uuid.UUID) -> None:
+        """The tool call under `token` gave up because the database was away (see
+        `release_turn`); a checkpointed result is kept."""
+        self._settle(self._tools.get(tool_call_id), token)
+        self._owe(("tool", tool_call_id), token)
+
+    def _owe(self, key: uuid.UUID | tuple[str, int], token: uuid.UUID) -> None:
+        if isinstance(key, uuid.UUID):
+            self._owed_turns[key] = token
+        else:
+            self._owed_tools[key[1]] = token
+        self._owed.set()
+
+    def owed(self) -> tuple[dict[uuid.UUID, uuid.UUID], dict[int, uuid.UUID]]:
+        return dict(self._owed_turns), dict(self._owed_tools)
+
+    async def release_owed(self) -> int:
+        """Give the owed work back in one transaction; raises DatabaseError if the database
+        is still away (the caller retries). Returns how many were sent back."""
+        async with self._lock:
+            if self._closed:
+                return 0
+            return await self._release_owed()
+
+    async def _release_owed(self) -> int:
+        turns, tools = self.owed()
+        if not turns and not tools:
+            return 0
+        try:
+            with dbpool.translate_pg_errors():
+                if self._conn is None or self._conn.is_closed():
+                    await self.connect()
+                assert self._conn is not None
+                async with self._conn.transaction():
+                    if turns:
+                        await loops.release_leases(
+                            self._conn,
+                            ids=list(turns),
+                            tokens=list(turns.values()),
+                            reason=TransitionReason.RELEASED_AFTER_OUTAGE,
+                        )
+                        await jobs.notify(self._conn, queue="llm")
+                    if tools:
+                        await tool_calls.release_leases(
+                            self._conn, ids=list(tools), tokens=list(tools.values())
+                        )
+                        await jobs.notify(self._conn, queue="tool")
+        except DatabaseError:
+            await self._close(deregister=False)
+            raise
+        # Forget what was sent back, unless it was owed again (another token) meanwhile.
+        for loop_id, token in turns.items():
+            if self._owed_turns.get(loop_id) == token:
+                del self._owed_turns[loop_id]
+        for tid, token in tools.items():
+            if self._owed_tools.get(tid) == token:
+                del self._owed_tools[tid]
+        n = len(turns) + len(tools)
+        self.released_count += n
+        log.info("lease_renewer.released_owed", turns=len(turns), tool_calls=len(tools))
+        self.released.fire()
+        return n
+
+    async def _run_releases(self, stop: asyncio.Event) -> None:
+        cap = min(1.0, self.settings.heartbeat_interval)
+        delay = min(0.2, cap)
+        while not stop.is_set():
+            if not self._owed_turns and not self._owed_tools:
+                self._owed.clear()
+                waiters = {
+                    asyncio.ensure_future(self._owed.wait()),
+                    asyncio.ensure_future(stop.wait()),
+                }
+                try:
+                    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for w in waiters:
+                        w.cancel()
+                continue
+            try:
+                await self.release_owed()
+                delay = min(0.2, cap)
+            except DatabaseError as exc:
+                log.info("lease_renewer.release_pending", error=str(exc), retry_in=delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                delay = min(delay * 2, cap)
 
     # --- connection -----------------------------------------------------------------------
 
@@ -198,6 +310,9 @@ class LeaseRenewer:
     async def close(self, *, deregister: bool = True) -> None:
         async with self._lock:
             self._closed = True
+            if self._conn is not None and not self._conn.is_closed():
+                with contextlib.suppress(DatabaseError):
+                    await self._release_owed()  # last chance, on a live connection only
             await self._close(deregister=deregister)
 
     async def _close(self, *, deregister: bool) -> None:
@@ -287,5 +402,12 @@ class LeaseRenewer:
                     self._lose(lease, "untrusted")
 
     async def run(self, stop: asyncio.Event) -> None:
-        async for _ in ticks(self.settings.heartbeat_interval, stop, jitter=0.05):
-            await self.renew_once()
+        releases = asyncio.create_task(self._run_releases(stop), name="lease-releases")
+        try:
+            async for _ in ticks(self.settings.heartbeat_interval, stop, jitter=0.05):
+                await self.renew_once()
+        finally:
+            if not releases.done() and not stop.is_set():
+                releases.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await releases

@@ -72,6 +72,7 @@ class Engine:
         self.llm_client = self.llm or LLMClient(
             policy=RetryPolicy.from_settings(self.settings),
             default_read_timeout=self.settings.default_read_timeout,
+            default_idle_timeout=self.settings.default_idle_timeout,
         )
         self.runtime = Runtime(
             settings=self.settings,

@@ -1,7 +1,9 @@
 """LLMClient: one HTTP call to a model, with retries, streaming and a redacted wire log.
 
 `read_timeout` is an inactivity timeout (httpx's read timeout is per socket read, so every
-chunk resets it); `request.max_duration` caps the whole call, retries and backoff included.
+chunk resets it); `idle_timeout` bounds a streamed answer's silence in whole events (a
+model trickling bytes that never complete an event trips it, though every read brings
+something); `request.max_duration` caps the whole call, retries and backoff included.
 Backoff is a plain `asyncio.sleep` here, so cancelling the task (pause/stop) ends it at once.
 """
 
@@ -17,7 +19,7 @@ import httpx
 import structlog
 
 from agentd import redact
-from agentd.errors import ConfigError, LLMError, LLMStatusError, LLMTimeout
+from agentd.errors import ConfigError, LLMError, LLMIdleTimeout, LLMStatusError, LLMTimeout
 from agentd.llm import body, http_pool, merge, retry, sse, transport
 from agentd.llm.dialects import get_dialect
 from agentd.llm.dialects.base import Dialect, base_url_problem, load_json
@@ -43,6 +45,7 @@ class _Call:
     payload: dict[str, Any]
     stream: bool
     timeout: httpx.Timeout
+    idle_timeout: float
     on_delta: OnDelta | None
     secrets: list[str]
     body: body.Body  # encoded once: the exact bytes every attempt sends
@@ -90,10 +93,12 @@ class LLMClient:
         *,
         policy: RetryPolicy | None = None,
         default_read_timeout: float = 600.0,
+        default_idle_timeout: float = 60.0,
         http: httpx.AsyncClient | None = None,
     ) -> None:
         self.policy = policy or RetryPolicy()
         self.default_read_timeout = default_read_timeout
+        self.default_idle_timeout = default_idle_timeout
         self._owns_http = http is None
         # One pool per process; hundreds of turns may stream at once.
         self._http = http or http_pool.pooled_client(
@@ -138,6 +143,7 @@ class LLMClient:
                 write=read_timeout,
                 pool=read_timeout,
             ),
+            idle_timeout=provider.idle_timeout or self.default_idle_timeout,
             on_delta=on_delta,
             secrets=secrets,
             body=body.encode(payload, rendered.elements),
@@ -243,13 +249,27 @@ class LLMClient:
                     else:
                         parser = call.dialect.stream_parser()
                         decoder = sse.SSEDecoder()
-                        async for chunk in r.aiter_bytes():
-                            capture.add(chunk)
-                            for event in decoder.feed(chunk):
-                                deltas = parser.feed(event)
-                                if deltas and ttft is None:
-                                    ttft = time.monotonic() - started
-                                await self._hand_over(call, deltas)
+                        loop = asyncio.get_running_loop()
+                        idle = asyncio.timeout(call.idle_timeout)
+                        try:
+                            async with idle:
+                                async for chunk in r.aiter_bytes():
+                                    capture.add(chunk)
+                                    events = decoder.feed(chunk)
+                                    for event in events:
+                                        deltas = parser.feed(event)
+                                        if deltas and ttft is None:
+                                            ttft = time.monotonic() - started
+                                        await self._hand_over(call, deltas)
+                                    if events:  # progress: a whole event, not a byte
+                                        idle.reschedule(loop.time() + call.idle_timeout)
+                        except TimeoutError as exc:
+                            if not idle.expired():
+                                raise
+                            raise LLMIdleTimeout(
+                                f"the stream completed no event for {call.idle_timeout:g}s "
+                                "(idle_timeout)"
+                            ) from exc
                         for event in decoder.flush():
                             await self._hand_over(call, parser.feed(event))
                         response = parser.finish()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from agentd.errors import LLMStatusError, LLMTransportError
+from agentd.errors import LLMIdleTimeout, LLMStatusError, LLMTransportError
 
 NEVER_RETRY = frozenset({400, 401, 403, 404, 422})
 DEFAULT_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
@@ -99,6 +99,8 @@ def decide(
         reason = f"status_{status}"
     elif _never_connected(exc):
         reason = "connect_failed"
+    elif isinstance(exc, LLMIdleTimeout):
+        reason = "idle_timeout"  # nothing handed over yet: a re-send duplicates nothing
     else:
         return None  # read timeouts, broken streams, protocol errors: the request may be served
     if retry_after is not None:

@@ -17,6 +17,8 @@ class Provider:
     model: str
     api_token: str | None = None
     read_timeout: float | None = None  # inactivity timeout; None = settings.default_read_timeout
+    # a stream's longest stretch without a complete event; None = settings.default_idle_timeout
+    idle_timeout: float | None = None
     connect_timeout: float = 10.0
     model_name: str | None = None  # gemini: the model name used in the URL (defaults to model)
     headers: dict[str, str] = field(default_factory=dict)

@@ -18,7 +18,7 @@ from uuid import UUID
 
 from agentd import redact
 from agentd.db.pool import Connection, Record
-from agentd.states import LoopStatus
+from agentd.states import LoopStatus, TransitionReason
 from agentd.store import events, mcp
 from agentd.store.models import Loop, NewEvent, ToolCall
 from agentd.store.queries import sql
@@ -302,8 +302,14 @@ async def renew_leases(
     return {r["id"]: r["remaining"] for r in rows}
 
 
-async def release_leases(conn: Connection, *, ids: list[UUID], tokens: list[UUID]) -> None:
-    await conn.execute(sql("loop_release_leases"), ids, tokens)
+async def release_leases(
+    conn: Connection,
+    *,
+    ids: list[UUID],
+    tokens: list[UUID],
+    reason: str = TransitionReason.RELEASED_ON_SHUTDOWN,
+) -> None:
+    await conn.execute(sql("loop_release_leases"), ids, tokens, str(reason))
 
 
 async def reap_expired(conn: Connection, *, dead_workers: list[UUID], limit: int) -> list[Any]:

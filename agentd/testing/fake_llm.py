@@ -63,6 +63,10 @@ class Reply:
     truncate_after_chunks: int | None = None  # end the body cleanly after N events
     malformed: bool = False  # a broken JSON event (or body) after the first event
     error_after_chunks: int | None = None  # an in-stream error event (error_body) after N events
+    # after N events, send the rest one byte at a time, `trickle_delay` apart: every read
+    # brings something, so a per-read timeout never trips, yet events complete very slowly
+    trickle_after_chunks: int | None = None
+    trickle_delay: float = 0.2
 
 
 @dataclass
@@ -737,6 +741,11 @@ class FakeLLM:
                 break
             if n and reply.chunk_delay:
                 await conn.wait(reply.chunk_delay)
+            if reply.trickle_after_chunks is not None and n >= reply.trickle_after_chunks:
+                for i in range(len(event)):
+                    await conn.send(h11.Data(data=event[i : i + 1]))
+                    await conn.wait(reply.trickle_delay)
+                continue
             await conn.send(h11.Data(data=event))
             if conn.eof is not None and conn.eof.done():
                 await conn.wait(0)

@@ -319,3 +319,76 @@ async def _requests(fake: FakeLLM, n: int) -> bool:
 
 def kids_logs(kids: Children) -> str:
     return "\n".join(c.tail(60) for c in kids.all)
+
+
+async def test_turn_given_up_in_an_outage_moves_again_within_seconds_of_the_return(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A streaming turn ends while the database is down: its finalize cannot commit, so
+    the worker gives the turn up. Its lease (62 s here) must not hold it: once the
+    database is back, the worker hands the turn back itself (`released_after_outage`) and
+    it runs again within seconds. The worker runs no maintenance (no reaper, no liveness
+    check), so nothing else can move the turn before its lease expires."""
+    cfg = tmp_path / "agentd.toml"
+    cfg.write_text(CONFIG)
+    api_port = _free_port()
+    env = clean_env(
+        {
+            **ENV,
+            "AGENTD_DEFAULT_READ_TIMEOUT": "60",  # lease 62 s: far past this test's window
+            "AGENTD_DATABASE_URL": cluster.url,
+            "AGENTD_CONFIG": str(cfg),
+            "AGENTD_DATA_DIR": str(tmp_path / "data"),
+            "AGENTD_API_TOKEN": TOKEN,
+            "AGENTD_PORT": str(api_port),
+        }
+    )
+    kids = Children(tmp_path, env)
+    # ~2 s of streaming: the database goes down mid-stream and stays down past its end.
+    slow = Reply(content="word " * 40, chunk_size=5, chunk_delay=0.05)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with FakeLLM() as fake:
+        fake.add(Rule(match=lambda last: last.role == "user", reply=slow, times=1))
+        fake.add(Rule(reply=Reply(content="Done.")))
+        try:
+            await kids.start("api", "api")
+            await kids.start("worker", "worker", "--queues", "llm,tool")
+            async with httpx.AsyncClient(
+                base_url=f"http://127.0.0.1:{api_port}", headers=headers, timeout=10
+            ) as http:
+                await poll(lambda: _is(readyz(http), 200), within=60, what="api ready")
+                body = {
+                    "agent": "calc",
+                    "message": "add 1",
+                    "state": {"llm": fake.base_url, "stream": True},
+                }
+                r = await http.post("/v1/loops", json=body)
+                assert r.status_code == 201, r.text
+                loop_id = uuid.UUID(r.json()["id"])
+                await poll(lambda: _requests(fake, 1), within=30, what="the turn streaming")
+                await cluster.stop()
+                # The stream ends (about 2 s) and its finalize fails while the server is away.
+                await asyncio.sleep(4.0)
+                assert len(fake.requests) == 1
+                await cluster.start()
+                back = time.monotonic()
+                await poll(lambda: _requests(fake, 2), within=10, what="the turn sent again")
+                moved = time.monotonic() - back
+                conn = await asyncpg.connect(cluster.url)
+                try:
+
+                    async def done() -> bool:
+                        s = await conn.fetchval("SELECT status FROM loops WHERE id = $1", loop_id)
+                        return bool(s == "completed")
+
+                    await poll(done, within=30, what="the loop completed")
+                finally:
+                    await conn.close()
+                assert moved < 10, moved
+                worker_log = kids.all[1].log_path.read_text()
+                assert "lease_renewer.released_owed" in worker_log
+        except BaseException:
+            print(kids_logs(kids))
+            raise
+        finally:
+            await kids.stop_all()

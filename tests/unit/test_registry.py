@@ -22,6 +22,7 @@ def test_config_agent_has_every_key(monkeypatch: pytest.MonkeyPatch) -> None:
             "system_prompt": "Be kind.",
             "streaming": True,
             "read_timeout": 120,
+            "idle_timeout": 45,
             "sequential_tool_calls": True,
             "max_steps": 9,
             "llm_params": {"temperature": 0.2},
@@ -44,6 +45,7 @@ def test_config_agent_has_every_key(monkeypatch: pytest.MonkeyPatch) -> None:
     assert agent.approval_required == ["refund"] and agent.sequential_tool_calls
     provider = agent.llm_provider()
     assert provider.api_token == "sk-secret-value" and provider.read_timeout == 120
+    assert provider.idle_timeout == 45
     servers = agent.mcp_servers()
     assert servers[0].api_token == "tok" and servers[0].prefix == "billing"
     assert servers[1].command == ["npx", "server"] and servers[1].timeout == 30

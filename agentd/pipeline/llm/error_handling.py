@@ -3,8 +3,9 @@
 Position: first. Reads: everything. Writes: on failure, the loop (fenced) and events.
 Finalizer: no. A lost fence is logged and swallowed; a limit pauses the loop with its
 reason; a lost database connection is not the model's failure: the turn is handed back
-(fenced) for another attempt, or, if the database is still away, its lease lapses and the
-reaper re-runs it; any other error fails the loop with a clear message. Cancellation propagates.
+(fenced) for another attempt, by the LeaseRenewer as soon as the database answers again
+(retried until it does, not left to its lease's expiry); any other error fails the loop
+with a clear message. Cancellation propagates.
 """
 
 from __future__ import annotations
@@ -67,9 +68,11 @@ class ErrorHandling:
                 await self._give_back(ctx)
                 return
             if isinstance(exc, DatabaseUnavailable):
-                # A database blip is not the model's failure: leave the turn to its lease.
+                # A database blip is not the model's failure: hand the turn back as soon as
+                # the database answers, so it does not wait out its lease.
                 ctx.runtime.telemetry.turn_outcome(ctx, TurnOutcome.DB_UNAVAILABLE)
                 log.warning("turn.db_connection_lost", loop_id=str(ctx.loop.id), error=repr(exc))
+                await self._give_back(ctx)
                 return
             # A statement the database refused is a bug, like an exception that is not ours.
             if isinstance(exc, AgentdError) and not isinstance(exc, DatabaseError):
@@ -87,6 +90,11 @@ class ErrorHandling:
             await self._settle(ctx, LoopStatus.FAILED, TransitionReason.TURN_FAILED, message, exc)
 
     async def _give_back(self, ctx: TurnContext) -> None:
+        renewer = ctx.runtime.renewer
+        if renewer is not None:  # retried in the background until the database answers
+            renewer.release_turn(ctx.loop.id, ctx.execution_token)
+            return
+
         async def release() -> None:
             async with transaction(ctx.runtime.pool) as conn:
                 await loops.release_leases(conn, ids=[ctx.loop.id], tokens=[ctx.execution_token])

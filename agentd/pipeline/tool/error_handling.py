@@ -2,10 +2,10 @@
 
 Position: first. A lost fence is logged and swallowed; cancellation propagates; a lost
 database connection is not the tool's failure: the call is handed back (fenced; a checkpointed
-result is kept), or, if the database is still away, its lease lapses and the reaper re-runs
-it with the same idempotency key; any other error marks the call failed (`is_success` false,
-`error_message` what failed it, lease dropped; a checkpointed result is kept) and fails the
-loop, in one transaction fenced by the generation.
+result is kept), by the LeaseRenewer as soon as the database answers again (retried until it
+does), then re-run with the same idempotency key; any other error marks the call failed
+(`is_success` false, `error_message` what failed it, lease dropped; a checkpointed result
+is kept) and fails the loop, in one transaction fenced by the generation.
 Finalizer: no. Tool failures the model should see never reach here: ToolExecution turns
 them into error results.
 """
@@ -112,6 +112,10 @@ class ErrorHandling:
 
     async def _give_back(self, ctx: ToolContext) -> None:
         tc = ctx.tool_call
+        renewer = ctx.runtime.renewer
+        if renewer is not None:  # retried in the background until the database answers
+            renewer.release_tool(tc.id, ctx.lease_token)
+            return
 
         async def release() -> None:
             async with transaction(ctx.runtime.pool) as conn:

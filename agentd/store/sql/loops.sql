@@ -275,9 +275,10 @@ SELECT r.id,
 FROM r LEFT JOIN u ON u.id = r.id;
 
 -- name: loop_release_leases :exec
--- Graceful shutdown: give this worker's unfinished turns back at once; fence: tokens match
+-- Graceful shutdown, or a turn given up while the database was away (released as soon as
+-- it answers again): give this worker's unfinished turns back at once; fence: tokens match
 -- and the turn still holds its lease (a finalized turn's tool phase is not a turn to redo).
--- $1 ids uuid[] · $2 tokens uuid[]
+-- $1 ids uuid[] · $2 tokens uuid[] · $3 status_reason text
 WITH r AS (
     SELECT l.id FROM loops l
     JOIN unnest($1::uuid[], $2::uuid[]) AS x(id, token)
@@ -286,8 +287,7 @@ WITH r AS (
     FOR NO KEY UPDATE OF l
 ), u AS (
     UPDATE loops SET status = 'queued', execution_token = gen_random_uuid(),
-        lease_expires_at = NULL, worker_id = NULL, status_reason = 'released_on_shutdown',
-        updated_at = now()
+        lease_expires_at = NULL, worker_id = NULL, status_reason = $3, updated_at = now()
     FROM r WHERE loops.id = r.id
     RETURNING loops.id, loops.execution_token, loops.lease_seconds
 ), s AS (

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import pytest
+
 from agentd.db.pool import Pool, connection, transaction
 from agentd.engine.lease_renewer import LeaseRenewer
+from agentd.errors import DatabaseError
 from agentd.registry import AgentRegistry
 from agentd.testing import factories
 from agentd.testing.engine import fast_settings, running_engine
@@ -130,3 +133,55 @@ async def test_claiming_the_same_loop_again_cancels_the_earlier_stale_turn(
     assert stale.cancelled() and stale_call.cancelled()
     assert old.lost and old_call.lost and old.reason == "token_rotated"
     assert r.in_flight() == ([new], [new_call])
+
+
+async def test_a_turn_given_up_in_an_outage_is_released_once_the_database_answers(
+    pool: Pool, database_url: str
+) -> None:
+    """release_turn while the database is unreachable: the release is retried (not
+    dropped) and goes through at the first attempt after it answers; the lease is no
+    longer renewed meanwhile, and a turn that moved on (another token) is left alone."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]  # nothing listens here: connections are refused
+    r = renewer(database_url)
+    live_url = r.url
+    r.url = f"postgresql://postgres@127.0.0.1:{dead_port}/postgres"
+    stop = asyncio.Event()
+    try:
+        async with transaction(pool) as conn:
+            given_up = await factories.loop(conn, status="running", lease_in=60)
+            moved_on = await factories.loop(conn, status="running", lease_in=60)
+        assert given_up.execution_token is not None
+        lease = r.register_turn(given_up.id, given_up.execution_token, 60.0, 60.0, None)
+        r.release_turn(given_up.id, given_up.execution_token)
+        r.release_turn(moved_on.id, uuid.uuid4())  # its token rotated since: fenced out
+        assert lease.settled and r.in_flight() == ([], [])
+        with pytest.raises(DatabaseError):  # refused: kept for the next attempt
+            await r.release_owed()
+        assert len(r.owed()[0]) == 2 and r.released_count == 0
+        runner = asyncio.create_task(r._run_releases(stop))
+        r.url = live_url  # the database is back
+        await r.released.wait_for(1, within=5)
+        assert r.owed() == ({}, {})
+        async with connection(pool) as conn:
+            rows = {
+                x["id"]: x
+                for x in await conn.fetch(
+                    "SELECT id, status, status_reason FROM loops WHERE id = ANY($1::uuid[])",
+                    [given_up.id, moved_on.id],
+                )
+            }
+            jobs = await conn.fetchval(
+                "SELECT count(*) FROM jobs WHERE loop_id = $1 AND queue = 'llm'", given_up.id
+            )
+        assert rows[given_up.id]["status"] == "queued"
+        assert rows[given_up.id]["status_reason"] == "released_after_outage" and jobs == 1
+        assert rows[moved_on.id]["status"] == "running"
+        stop.set()
+        await runner
+    finally:
+        stop.set()
+        await r.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import socket
 import time
@@ -11,7 +12,13 @@ from collections.abc import Callable
 import pytest
 import structlog
 
-from agentd.errors import LLMProtocolError, LLMStatusError, LLMTimeout, LLMTransportError
+from agentd.errors import (
+    LLMIdleTimeout,
+    LLMProtocolError,
+    LLMStatusError,
+    LLMTimeout,
+    LLMTransportError,
+)
 from agentd.llm.client import LLMClient, RetryPolicy
 from agentd.llm.types import LLMRequest, Message, Provider, StreamDelta
 from agentd.testing.fake_llm import FakeLLM, Reply, Rule
@@ -147,6 +154,70 @@ async def test_stalled_stream_times_out_and_is_not_retried(
     assert 0.5 <= time.monotonic() - started < 3
     assert len(fake.requests) == 1 and len(info.value.exchanges) == 1  # type: ignore[attr-defined]
     await fake.wait_for_disconnects(1)  # the client hung up on the stalled stream
+
+
+async def test_trickling_stream_trips_idle_timeout_and_is_resent(fake: FakeLLM) -> None:
+    """A model sending a byte every 0.1 s keeps every read busy (read_timeout never trips),
+    but completes no event: idle_timeout fails the attempt; nothing was handed over, so
+    it is re-sent under the retry policy and the second answer gets through."""
+    fake.add(Rule(reply=Reply(content="slow", trickle_after_chunks=0, trickle_delay=0.1), times=1))
+    c = LLMClient(policy=RetryPolicy(retries=2, base_delay=0.01), default_idle_timeout=0.6)
+    try:
+        seen: list[StreamDelta] = []
+
+        async def on_delta(d: StreamDelta) -> None:
+            seen.append(d)
+
+        started = time.monotonic()
+        r = await c.complete(req(fake, read_timeout=5.0), on_delta=on_delta)
+    finally:
+        await c.aclose()
+    assert r.content == "ok" and "".join(d.content for d in seen) == "ok"
+    assert len(fake.requests) == 2 and 0.6 <= time.monotonic() - started < 4
+    first = r.exchanges[0]
+    assert first.error is not None and "LLMIdleTimeout" in first.error
+    assert first.retry_delay == 0.01
+    await fake.wait_for_disconnects(1)  # the trickling stream was hung up on
+
+
+async def test_idle_timeout_after_tokens_handed_over_fails_without_resend(fake: FakeLLM) -> None:
+    """Once deltas were handed over a re-send would repeat them: the attempt fails with
+    LLMIdleTimeout (per provider idle_timeout) instead of running until max_duration."""
+    fake.add(
+        Rule(reply=Reply(content="x" * 40, chunk_size=5, trickle_after_chunks=3, trickle_delay=0.1))
+    )
+    c = LLMClient(policy=RetryPolicy(retries=2, base_delay=0.01), default_idle_timeout=60)
+    seen: list[StreamDelta] = []
+
+    async def on_delta(d: StreamDelta) -> None:
+        seen.append(d)
+
+    request = req(fake, read_timeout=5.0)
+    request = LLMRequest(
+        provider=dataclasses.replace(request.provider, idle_timeout=0.5),
+        messages=request.messages,
+        stream=True,
+    )
+    started = time.monotonic()
+    try:
+        with pytest.raises(LLMIdleTimeout) as info:
+            await c.complete(request, on_delta=on_delta)
+    finally:
+        await c.aclose()
+    assert 0.5 <= time.monotonic() - started < 3
+    assert seen and len(fake.requests) == 1
+    assert len(info.value.exchanges) == 1  # type: ignore[attr-defined]
+    assert isinstance(info.value, LLMTimeout)  # an LLMTimeout, as callers catch it
+
+
+async def test_steady_events_never_trip_idle_timeout(fake: FakeLLM) -> None:
+    fake.add(Rule(reply=Reply(content="abcdefgh", chunk_size=1, chunk_delay=0.2)))
+    c = LLMClient(policy=RetryPolicy(retries=0), default_idle_timeout=0.5)
+    try:
+        r = await c.complete(req(fake, read_timeout=5.0))
+    finally:
+        await c.aclose()
+    assert r.content == "abcdefgh" and len(fake.requests) == 1
 
 
 async def test_silent_prefill_times_out(client: LLMClient, fake: FakeLLM) -> None:

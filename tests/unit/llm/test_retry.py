@@ -5,7 +5,13 @@ import email.utils
 import httpx
 import pytest
 
-from agentd.errors import LLMProtocolError, LLMStatusError, LLMTimeout, LLMTransportError
+from agentd.errors import (
+    LLMIdleTimeout,
+    LLMProtocolError,
+    LLMStatusError,
+    LLMTimeout,
+    LLMTransportError,
+)
 from agentd.llm import retry
 from agentd.llm.retry import RetryDecision, RetryPolicy
 
@@ -62,6 +68,12 @@ def test_read_timeout_broken_stream_and_protocol_error_are_not_retried(exc: Exce
 
 def test_handed_over_stream_is_not_retried() -> None:
     assert retry.decide(1, status=503, handed_over=True, policy=POLICY) is None
+
+
+def test_idle_timeout_is_retried_until_something_was_handed_over() -> None:
+    d = retry.decide(1, exc=LLMIdleTimeout(), policy=POLICY)
+    assert d is not None and d.reason == "idle_timeout"
+    assert retry.decide(1, exc=LLMIdleTimeout(), handed_over=True, policy=POLICY) is None
 
 
 def test_parse_retry_after_delta_seconds() -> None:
