@@ -505,6 +505,15 @@ class AguiStream:
                 row = await self._reload()
                 if row is None:
                     return
+                if kind == "resync":  # deltas missed meanwhile: from the saved partial
+                    async with connection(self.state.pool) as conn:
+                        rows = await messages.list_(conn, loop_id=self.loop.id, include_hidden=True)
+                    shell = streaming_partial(rows)
+                    if shell is not None:
+                        for frame in self._on_delta(
+                            {"message_id": shell.id, "offset": 0, "delta": shell.content}
+                        ):
+                            yield frame
                 for frame in self._state_if_changed(row):
                     yield frame
                 if kind == "state":

@@ -291,7 +291,7 @@ class DeltaCursor:
     """What one connection has shown of each streamed message, so that every delta it
     sends starts exactly where the previous one ended.
 
-    The engine's deltas carry `offset` (characters before them, store/events.delta_payload),
+    The engine's deltas carry `offset` (characters before them, store/events.delta_payloads),
     and a subscriber may also have read a saved partial: the same text can reach it twice,
     from either side. The cursor drops what was shown and keeps only the rest.
     """

@@ -53,7 +53,7 @@ from agentd.api.stream_hub import (
 )
 from agentd.db.pool import connection
 from agentd.errors import LoopNotFound
-from agentd.store import loops
+from agentd.store import loops, messages
 from agentd.store.models import Loop
 
 _EVENT_ID = re.compile(r"^[mdsai](\d{1,18})(?:\.\d{1,18}(?:\.(\d{1,18})\.(\d{1,18}))?)?$")
@@ -202,9 +202,21 @@ class LoopStream:
                 for frame in await self._catch_up():
                     yield frame
                 if item is RESYNC:
-                    row = await self.hub.loop(self.state.pool, self.loop.id)
+                    async with connection(self.state.pool) as conn:
+                        row = await loops.get(conn, loop_id=self.loop.id)
+                        rows = await messages.list_(conn, loop_id=self.loop.id, include_hidden=True)
                     if row is None:
                         return
+                    # Deltas sent while the listener was away (or dropped from a full
+                    # queue) are in the partial saved with each of them: send what this
+                    # stream has not shown from it, so the next delta follows on, no gap.
+                    shell = streaming_partial(rows)
+                    if shell is not None:
+                        seed = self._delta_frame(
+                            {"message_id": shell.id, "offset": 0, "delta": shell.content}
+                        )
+                        if seed is not None:
+                            yield seed
                     status, extra = row.status, {"reason": row.status_reason}
                     if status == self.status:
                         continue

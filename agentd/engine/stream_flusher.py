@@ -7,6 +7,13 @@ observed loops in one statement, so hundreds of concurrent streams cost one roun
 the pool to read its next chunk. The UPDATE also answers each loop's `observed` flag: a
 turn whose loop becomes observed mid-flight (someone opened its stream) publishes from the
 next tick on, starting with one delta that holds the text so far.
+Ordering: a flush and a stream's close take one lock, so a close waits for the flush in
+flight (which may hold the shell's previous text) to commit before it saves and publishes
+the tail; the turn's message commits after the close returns. Observers therefore get
+every delta once, in order, before the message, whichever of them commits first would
+otherwise have won (a late flush used to land after the tail: its text was lost and the
+tail flagged as a gap). A delta too large for one notification is sent as several
+(store/events.delta_payloads), never cut.
 Tolerates: a database outage (partials are best-effort; the canonical answer is written by
 ResponseParsing), shells closing between ticks.
 Never: makes a partial visible (shells stay hidden until their turn commits); saves or
@@ -58,6 +65,8 @@ class StreamFlusher:
         self.pool = pool
         self.interval = interval
         self._shells: dict[int, _Shell] = {}
+        # Held by a flush from its snapshot to its commit, and by a close: see Ordering.
+        self._lock = asyncio.Lock()
 
     def open(self, shell_id: int, *, loop_id: uuid.UUID, token: uuid.UUID, observed: bool) -> None:
         self._shells[shell_id] = _Shell(loop_id=loop_id, token=token, observed=observed)
@@ -73,32 +82,39 @@ class StreamFlusher:
         shell.dirty = True
 
     async def close(self, shell_id: int) -> None:
-        """The stream ended: publish what observers have not seen yet, before the commit."""
-        shell = self._shells.pop(shell_id, None)
-        if shell is None or not shell.observed:
+        """The stream ended: save and publish what observers have not seen yet, after any
+        flush in flight and before the turn's commit (the caller commits after this)."""
+        if shell_id not in self._shells:
             return
-        text = shell.text(final=True)[shell.flushed :]
-        if not text:
-            return
-        try:
-            async with transaction(self.pool) as conn:
-                await events.publish_many(
-                    conn, [_delta(shell_id, shell, offset=shell.flushed, text=text)]
-                )
-        except DatabaseError as exc:
-            log.warning("stream_flusher.failed", error=str(exc))
+        async with self._lock:
+            shell = self._shells.pop(shell_id, None)
+            if shell is None or not shell.observed:
+                return  # unobserved: the commit carries the text, no statement here
+            # The tail redaction held back while the stream ran (a possible secret's
+            # start) is due now, even when no token arrived since the last flush.
+            if not shell.dirty and not shell.text(final=True)[shell.flushed :]:
+                return
+            try:
+                await self._flush([(shell_id, shell)], final=True)
+            except DatabaseError as exc:
+                log.warning("stream_flusher.failed", error=str(exc))
 
     def discard(self, shell_id: int) -> None:
         self._shells.pop(shell_id, None)
 
     async def flush_once(self) -> int:
-        dirty = [(sid, s) for sid, s in self._shells.items() if s.dirty]
-        if not dirty:
-            return 0
+        async with self._lock:
+            dirty = [(sid, s) for sid, s in self._shells.items() if s.dirty]
+            if not dirty:
+                return 0
+            await self._flush(dirty)
+            return len(dirty)
+
+    async def _flush(self, dirty: list[tuple[int, _Shell]], *, final: bool = False) -> None:
         # Snapshot each shell's text and its new part together, before any await: the delta
         # published with a partial is exactly what that partial adds to the previous one,
         # so a subscriber can line deltas up against any partial it read (offsets).
-        texts = [s.text() for _, s in dirty]
+        texts = [s.text(final=final) for _, s in dirty]
         starts = [s.flushed for _, s in dirty]
         for (_, s), text in zip(dirty, texts, strict=True):
             s.flushed = len(text)
@@ -119,14 +135,13 @@ class StreamFlusher:
                         s.observed = True
                         start = 0
                     if s.observed and len(text) > start:
-                        payloads.append(_delta(sid, s, offset=start, text=text[start:]))
+                        payloads.extend(_deltas(sid, s, offset=start, text=text[start:]))
                 await events.publish_many(conn, payloads)
         except BaseException:
             for (_, s), start in zip(dirty, starts, strict=True):
                 s.flushed = min(s.flushed, start)  # nothing was saved: the next tick retries
                 s.dirty = True
             raise
-        return len(dirty)
 
     async def run(self, stop: asyncio.Event) -> None:
         async for _ in ticks(self.interval, stop, jitter=0.0):
@@ -136,7 +151,7 @@ class StreamFlusher:
                 log.warning("stream_flusher.failed", error=str(exc))
 
 
-def _delta(shell_id: int, shell: _Shell, *, offset: int, text: str) -> str:
-    return events.delta_payload(
+def _deltas(shell_id: int, shell: _Shell, *, offset: int, text: str) -> list[str]:
+    return events.delta_payloads(
         loop_id=shell.loop_id, message_id=shell_id, offset=offset, text=text
     )

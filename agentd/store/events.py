@@ -320,26 +320,33 @@ async def list_for_inbound(
     return [Event.from_record(r) for r in rows]
 
 
-def delta_payload(*, loop_id: UUID, message_id: int, offset: int, text: str) -> str:
-    """A `delta` notification: `text` streamed into a shell, `offset` characters after its start.
+#: NOTIFY payloads stop at 8000 bytes; a delta's JSON stays under this.
+DELTA_PAYLOAD_BYTES = 7000
+
+
+def delta_payloads(*, loop_id: UUID, message_id: int, offset: int, text: str) -> list[str]:
+    """`text` as `delta` notifications, each small enough for NOTIFY, in order: one in the
+    common case; a long text (a fast model, or the text so far for a new observer) is cut
+    into consecutive pieces, so no delta is ever truncated. Published in one statement (one
+    transaction), they arrive in this order.
 
     Each delta starts exactly where the partial saved with the previous one ends, so a
     subscriber holding any saved partial (or any earlier delta) can drop the overlap and
-    never shows a character twice or skips one (api/stream_hub.DeltaCursor). A text too
-    long for NOTIFY keeps its head and says `truncated`: the gap after it is filled by the
-    committed message.
+    never shows a character twice or skips one (api/stream_hub.DeltaCursor).
     """
-    payload: dict[str, object] = {
-        "type": "delta",
-        "loop_id": str(loop_id),
-        "message_id": message_id,
-        "offset": offset,
-        "delta": text,
-    }
-    if len(text.encode()) > 7000:  # NOTIFY payloads stop at 8000 bytes
-        payload["delta"] = text[:2000]
-        payload["truncated"] = True
-    return json.dumps(payload)
+    base = {"type": "delta", "loop_id": str(loop_id), "message_id": message_id}
+    out: list[str] = []
+    while True:
+        n = len(text)
+        piece = json.dumps({**base, "offset": offset, "delta": text})  # ASCII: chars = bytes
+        while len(piece) > DELTA_PAYLOAD_BYTES and n > 1:
+            n = max(1, min(n - 1, n * DELTA_PAYLOAD_BYTES // len(piece) - 16))
+            piece = json.dumps({**base, "offset": offset, "delta": text[:n]})
+        out.append(piece)
+        if n >= len(text):
+            return out
+        offset += n
+        text = text[n:]
 
 
 async def publish_many(conn: Connection, payloads: list[str]) -> None:

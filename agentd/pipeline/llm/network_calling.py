@@ -202,14 +202,12 @@ class NetworkCalling:
                 if observed and len(text) > start:
                     await events.publish_many(
                         conn,
-                        [
-                            events.delta_payload(
-                                loop_id=ctx.loop.id,
-                                message_id=shell.id,
-                                offset=start,
-                                text=text[start:],
-                            )
-                        ],
+                        events.delta_payloads(
+                            loop_id=ctx.loop.id,
+                            message_id=shell.id,
+                            offset=start,
+                            text=text[start:],
+                        ),
                     )
 
         async def on_delta(d: StreamDelta | None) -> None:

@@ -55,10 +55,14 @@ async def worker_process(database_url: str, tmp_path: Path) -> AsyncIterator[Non
 
 
 async def read_events(
-    client: httpx.AsyncClient, lid: str, headers: dict[str, str] | None = None
+    client: httpx.AsyncClient,
+    lid: str,
+    headers: dict[str, str] | None = None,
+    sink: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every SSE event of one connection, until the server ends the stream."""
-    events: list[dict[str, Any]] = []
+    """Every SSE event of one connection, until the server ends the stream (appended to
+    `sink` as they come, if given)."""
+    events: list[dict[str, Any]] = [] if sink is None else sink
     current: dict[str, Any] = {}
     async with client.stream("GET", f"/v1/loops/{lid}/stream", headers=headers) as r:
         assert r.status_code == 200, await r.aread()
@@ -379,3 +383,129 @@ async def test_opening_the_stream_of_a_finished_loop_writes_nothing(
     after = (await client.get(f"/v1/loops/{lid}")).json()
     assert after["observed"] is False
     assert after["updated_at"] == before["updated_at"]
+
+
+async def read_until(
+    client: httpx.AsyncClient, lid: str, deltas: int, headers: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """The events of one connection until it has had `deltas` delta events (then it hangs
+    up, as a dropped client does) or the server ends the stream."""
+    events: list[dict[str, Any]] = []
+    current: dict[str, Any] = {}
+    async with client.stream("GET", f"/v1/loops/{lid}/stream", headers=headers) as r:
+        assert r.status_code == 200
+        async for line in r.aiter_lines():
+            if not line:
+                if current:
+                    events.append(current)
+                current = {}
+                if sum(e["event"] == "delta" for e in events) >= deltas:
+                    break
+            elif not line.startswith(":"):
+                key, _, value = line.partition(": ")
+                current[key] = json.loads(value) if key == "data" else value
+    return events
+
+
+@pytest.mark.slow
+async def test_observers_of_many_streaming_loops_get_every_token_once_before_the_message(
+    app: FastAPI, live_server, fake_llm: FakeLLM, database_url: str, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """A real worker streams several loops at once (flushes every 50 ms, so timed flushes
+    meet closes and commits); each loop has one observer from the start and one that drops
+    after a few deltas and reconnects with Last-Event-ID. Every observer's deltas spell the
+    message exactly (not a prefix), with contiguous offsets, no `truncated`, all before the
+    message; the resumed one goes on from the last character it showed."""
+    answer = "".join(f"token{i} " for i in range(150))
+    fake_llm.add(Rule(reply=Reply(content=answer, chunk_size=5, chunk_delay=0.01)))
+    n = 6
+    async with (
+        live_server(app) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=AUTH, timeout=60) as client,
+    ):
+        ids = [await start(client, fake_llm) for _ in range(n)]
+        whole = [asyncio.create_task(read_events(client, lid)) for lid in ids]
+        dropped = [asyncio.create_task(read_until(client, lid, 3)) for lid in ids]
+        async with worker_process(database_url, tmp_path):
+            firsts = await asyncio.wait_for(asyncio.gather(*dropped), timeout=60)
+            resumed = [
+                asyncio.create_task(read_events(client, lid, {"Last-Event-ID": first[-1]["id"]}))
+                for lid, first in zip(ids, firsts, strict=True)
+            ]
+            alls = await asyncio.wait_for(asyncio.gather(*whole), timeout=60)
+            rests = await asyncio.wait_for(asyncio.gather(*resumed), timeout=60)
+    for events in alls:
+        parts, content = deltas_of(events)
+        assert content == answer
+        assert "".join(parts) == answer  # every token arrived as a delta, once
+        deltas = [e["data"] for e in events if e["event"] == "delta"]
+        assert not any(d.get("truncated") for d in deltas)
+        assert_contiguous(deltas, answer)
+        last_delta = max(i for i, e in enumerate(events) if e["event"] == "delta")
+        message = next(i for i, e in enumerate(events) if e["event"] == "message")
+        assert last_delta < message
+    for first, rest in zip(firsts, rests, strict=True):
+        deltas = [e["data"] for e in (*first, *rest) if e["event"] == "delta"]
+        assert not any(d.get("truncated") for d in deltas)
+        assert_contiguous(deltas, answer)  # the resumed stream picks up where it stopped
+        text = "".join(d["delta"] for d in deltas)
+        message = next(e["data"] for e in rest if e["event"] == "message")
+        assert message["content"] == answer
+        if any(e["event"] == "delta" for e in rest):  # reconnected mid-stream
+            assert text == answer
+        else:  # the turn committed first: the replayed message carries the rest
+            assert answer.startswith(text)
+
+
+async def test_deltas_lost_to_a_listener_reconnect_are_sent_from_the_saved_partial(
+    app: FastAPI, live_server, pool: Pool
+) -> None:  # type: ignore[no-untyped-def]
+    """The listener reconnected (RESYNC): deltas published meanwhile never reached this
+    stream, but each was saved with its partial. The stream sends the part of the partial
+    it has not shown, so the next delta follows on: no gap, no `truncated`."""
+    from agentd.api.stream_hub import RESYNC
+    from agentd.db.pool import transaction
+    from agentd.store import events as store_events
+    from agentd.testing import factories
+
+    async with transaction(pool) as conn:
+        loop = await factories.loop(conn, status="running")
+        await factories.set_loop(conn, loop.id, observed=True)
+        shell = await factories.shell(conn, loop, content="Hello")
+    lid = str(loop.id)
+    hub = app.state.stream_hub
+    async with (
+        live_server(app) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=AUTH, timeout=30) as client,
+    ):
+        seen: list[dict[str, Any]] = []
+        reader = asyncio.create_task(read_events(client, lid, sink=seen))
+        await eventually(lambda: _has_delta(seen))  # "Hello", read from the saved partial
+        # Saved and published while the listener was away: the notification is lost.
+        await pool.execute("UPDATE messages SET content = 'Hello, wor' WHERE id = $1", shell.id)
+        for sub in hub._subs[loop.id]:
+            sub.push(RESYNC)
+        async with transaction(pool) as conn:
+            await conn.execute(
+                "UPDATE messages SET content = 'Hello, world' WHERE id = $1", shell.id
+            )
+            await store_events.publish_many(
+                conn,
+                store_events.delta_payloads(
+                    loop_id=loop.id, message_id=shell.id, offset=10, text="ld"
+                ),
+            )
+        async with transaction(pool) as conn:
+            await factories.set_loop(conn, loop.id, status="completed")
+            await store_events.publish(
+                conn, {"type": "status", "loop_id": lid, "status": "completed"}
+            )
+        events = await asyncio.wait_for(reader, timeout=10)
+    deltas = [e["data"] for e in events if e["event"] == "delta"]
+    assert "".join(d["delta"] for d in deltas) == "Hello, world", deltas
+    assert not [d for d in deltas if d.get("truncated")], deltas
+    assert_contiguous(deltas, "Hello, world")
+
+
+async def _has_delta(seen: list[dict[str, Any]]) -> bool:
+    return any(e["event"] == "delta" for e in seen)
