@@ -251,6 +251,9 @@ class LLMClient:
                         decoder = sse.SSEDecoder()
                         loop = asyncio.get_running_loop()
                         idle = asyncio.timeout(call.idle_timeout)
+                        # Pushed back at most every `slack` seconds: a stream may then go
+                        # idle_timeout - slack without an event before it is cut.
+                        slack, moved = min(1.0, call.idle_timeout / 10), loop.time()
                         try:
                             async with idle:
                                 async for chunk in r.aiter_bytes():
@@ -262,7 +265,10 @@ class LLMClient:
                                             ttft = time.monotonic() - started
                                         await self._hand_over(call, deltas)
                                     if events:  # progress: a whole event, not a byte
-                                        idle.reschedule(loop.time() + call.idle_timeout)
+                                        now = loop.time()
+                                        if now - moved > slack:  # not per event: cheap
+                                            moved = now
+                                            idle.reschedule(now + call.idle_timeout)
                         except TimeoutError as exc:
                             if not idle.expired():
                                 raise

@@ -69,6 +69,15 @@ class SSEDecoder:
             return events
         buf = "".join(self._tail) + text
         self._tail, self._tail_len = [], 0
+        if "\r" not in buf:  # the common case: split in C, not character by character
+            *lines, rest = buf.split("\n")
+            for line in lines:
+                self._line(line, events)
+            if rest:
+                if len(rest) > MAX_LINE:
+                    raise LLMProtocolError(f"stream line longer than {MAX_LINE} characters")
+                self._tail, self._tail_len = [rest], len(rest)
+            return events
         start = 0
         n = len(buf)
         i = 0
