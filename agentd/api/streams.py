@@ -53,7 +53,7 @@ from agentd.api.stream_hub import (
 )
 from agentd.db.pool import connection
 from agentd.errors import LoopNotFound
-from agentd.store import loops, messages
+from agentd.store import loops
 from agentd.store.models import Loop
 
 _EVENT_ID = re.compile(r"^[mdsai](\d{1,18})(?:\.\d{1,18}(?:\.(\d{1,18})\.(\d{1,18}))?)?$")
@@ -202,9 +202,8 @@ class LoopStream:
                 for frame in await self._catch_up():
                     yield frame
                 if item is RESYNC:
-                    async with connection(self.state.pool) as conn:
-                        row = await loops.get(conn, loop_id=self.loop.id)
-                        rows = await messages.list_(conn, loop_id=self.loop.id, include_hidden=True)
+                    row = await self.hub.loop(self.state.pool, self.loop.id)
+                    rows = await self.hub.transcript(self.state.pool, self.loop.id)
                     if row is None:
                         return
                     # Deltas sent while the listener was away (or dropped from a full

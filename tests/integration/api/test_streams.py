@@ -463,7 +463,6 @@ async def test_deltas_lost_to_a_listener_reconnect_are_sent_from_the_saved_parti
     """The listener reconnected (RESYNC): deltas published meanwhile never reached this
     stream, but each was saved with its partial. The stream sends the part of the partial
     it has not shown, so the next delta follows on: no gap, no `truncated`."""
-    from agentd.api.stream_hub import RESYNC
     from agentd.db.pool import transaction
     from agentd.store import events as store_events
     from agentd.testing import factories
@@ -483,8 +482,7 @@ async def test_deltas_lost_to_a_listener_reconnect_are_sent_from_the_saved_parti
         await eventually(lambda: _has_delta(seen))  # "Hello", read from the saved partial
         # Saved and published while the listener was away: the notification is lost.
         await pool.execute("UPDATE messages SET content = 'Hello, wor' WHERE id = $1", shell.id)
-        for sub in hub._subs[loop.id]:
-            sub.push(RESYNC)
+        hub._resync_all()  # what the listener's reconnect does
         async with transaction(pool) as conn:
             await conn.execute(
                 "UPDATE messages SET content = 'Hello, world' WHERE id = $1", shell.id
