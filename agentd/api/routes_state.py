@@ -116,9 +116,13 @@ def _check_media_type(request: Request) -> None:
     """415 for a body declared in another JSON-based format (`application/json-patch+json`
     would be misread as a merge patch). Plain `application/json` and non-JSON types (what
     `curl -d` sends) are read as JSON, as every /v1 body (api/json_body.py)."""
+    # Several Content-Type fields (a shell alias adding its own) arrive joined by commas:
+    # judged one by one, so a merge patch declared beside application/json is accepted.
     declared = json_body.declared_content_type(request.scope)
-    media = declared.split(";", 1)[0].strip().lower()
-    if media.endswith("+json") and media != MERGE_PATCH:
+    types = [part.split(";", 1)[0].strip().lower() for part in declared.split(",")]
+    foreign = [t for t in types if t.endswith("+json") and t != MERGE_PATCH]
+    if foreign:
+        media = foreign[0]
         raise ApiProblem(
             415,
             f"the state takes a JSON merge patch ({MERGE_PATCH}), not {media}",

@@ -188,6 +188,18 @@ async def test_the_state_advertises_merge_patch_in_accept_patch(
     assert other.headers["content-type"] == "application/problem+json"
     assert other.headers["accept-patch"] == "application/merge-patch+json"
     assert (await client.get(f"/v1/loops/{lid}/state")).json()["version"] == 1
+    # A merge patch declared beside application/json (a shell alias adds its own field).
+    both = await client.patch(
+        f"/v1/loops/{lid}/state",
+        content=b'{"plan": "pro"}',
+        headers=[
+            ("Content-Type", "application/json"),
+            ("Content-Type", "application/merge-patch+json"),
+            ("If-Match", '"1"'),
+        ],
+    )
+    assert both.status_code == 200, both.text
+    assert both.json()["state"]["plan"] == "pro"
     # A method the resource lacks: 405 naming all of them, OPTIONS included.
     put = await client.put(f"/v1/loops/{lid}/state", json={})
     assert put.status_code == 405
