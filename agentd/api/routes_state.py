@@ -105,7 +105,7 @@ async def get_state(loop_id: UUID, request: Request, response: Response) -> Stat
     summary="The methods and the patch format the state takes",
     status_code=204,
     response_class=Response,
-    responses=problems.responses(401),
+    responses=problems.responses(401, 422),
 )
 async def options_state(loop_id: UUID) -> Response:
     """RFC 5789 §3.1: `Accept-Patch` names the one patch format (JSON merge patch)."""
