@@ -94,7 +94,10 @@ async def test_a_turn_settled_by_its_commit_is_not_cancelled_by_the_next_tick(
                 " lease_expires_at = NULL WHERE id = ANY($1::uuid[])",
                 [done.id, taken.id],
             )
-        r.settle_turn(done.id, done.execution_token)
+            # Settled before the commit is visible: the tick's answer, read whenever it
+            # comes, always finds it settled. (Settling after the commit returns races the
+            # tick's answer to the event loop, which is what this test must not depend on.)
+            r.settle_turn(done.id, done.execution_token)
         await tick
         await r.renew_once()
         assert settled.settled and not settled.lost and not finishing.done()
