@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from agentd import __about__, event_loop, logs
+from agentd import __about__, event_loop, logs, redact
 from agentd.api.serve import HeadLimits, HttpServer
 from agentd.db.startup import Interrupted, open_database, ready_url
 from agentd.errors import (
@@ -195,7 +195,10 @@ def main(argv: list[str] | None = None) -> None:
     except (ConfigError, ValueError) as exc:
         print(f"agentd: {exc}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
-    logs.configure(settings.log_format, settings.log_level)
+    # The process's known secrets: its engine and API mask them (they take the installed
+    # set as theirs), and so does every log line, from any thread.
+    secret_set = redact.KnownSecrets()
+    logs.configure(settings.log_format, settings.log_level, secrets=secret_set)
     from agentd.observability import tracing
 
     tracing.setup_from_env()  # only when OTEL_TRACES_EXPORTER / an OTLP endpoint is set
@@ -210,7 +213,10 @@ def main(argv: list[str] | None = None) -> None:
         "upgrade": _upgrade,
     }
     try:
-        with asyncio.Runner(loop_factory=event_loop.factory(settings.event_loop)) as runner:
+        with (
+            redact.installed(secret_set),
+            asyncio.Runner(loop_factory=event_loop.factory(settings.event_loop)) as runner,
+        ):
             code = runner.run(commands[args.command](settings, args))
     except (KeyboardInterrupt, Interrupted):
         code = EXIT_INTERRUPTED

@@ -1,7 +1,7 @@
-"""The secrets agentd's configuration names, made known to `agentd.redact` at start.
+"""The secrets agentd's configuration names, made known to a process's `KnownSecrets`.
 
-Both the API and the worker call `remember_configured` with their settings and agents, so
-each process masks, from its first request on, every secret it could see echoed: the API
+Both the API and the worker call `remember_configured` with their set, settings and
+agents, so each process masks, from its first request on, every secret it could see echoed: the API
 operator and read tokens, each agent's provider key (`api_token`, `api_key_env`), MCP
 servers' tokens and credential headers (`McpServerConfig` adds a per-loop server's when it
 is built), webhook signing secrets and the passwords in webhook URLs. See
@@ -56,6 +56,8 @@ def _mcp_secrets(entries: Iterable[Any]) -> list[str]:
         headers = data.get("headers")
         out += header_secrets(headers) if isinstance(headers, Mapping) else []
         out += [url_password(data.get("url")) or ""]
+        env_vars = data.get("env")
+        out += header_secrets(env_vars) if isinstance(env_vars, Mapping) else []
     return out
 
 
@@ -80,8 +82,10 @@ def configured(settings: Any, registry: Any = None) -> list[str]:
         values += [os.environ.get(env) if isinstance(env, str) and env else None]
         mcps = getattr(cls, "mcps", None)
         values += _mcp_secrets(mcps) if isinstance(mcps, list) else []
+        entries = getattr(cls, "_mcp_entries", None)  # a TOML agent's (registry.py)
+        values += _mcp_secrets(entries) if isinstance(entries, list) else []
     return [v for v in values if v]
 
 
-def remember_configured(settings: Any, registry: Any = None) -> None:
-    redact.remember(*configured(settings, registry), pin=True)
+def remember_configured(secrets: redact.KnownSecrets, settings: Any, registry: Any = None) -> None:
+    secrets.remember(*configured(settings, registry), pin=True)

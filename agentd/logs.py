@@ -21,15 +21,23 @@ _LEVELS = {
 }
 
 
-def _scrub(_: object, __: str, event: MutableMapping[str, Any]) -> dict[str, Any]:
-    scrubbed: dict[str, Any] = redact.scrub(event)
-    return scrubbed
+def _scrubber(secrets: redact.KnownSecrets | None) -> Processor:
+    def scrub(_: object, __: str, event: MutableMapping[str, Any]) -> dict[str, Any]:
+        scrubbed: dict[str, Any] = redact.scrub(event, known=secrets)
+        return scrubbed
+
+    return scrub
 
 
-def configure(fmt: str = "auto", level: str = "info") -> None:
+def configure(
+    fmt: str = "auto", level: str = "info", *, secrets: redact.KnownSecrets | None = None
+) -> None:
     """Configure structlog once per process, and route the standard library's logging (and
     `warnings`) through the same renderer: asyncpg, OpenTelemetry, uvicorn and asyncio
-    log there, and with `json` a traceback of theirs is one JSON line like ours."""
+    log there, and with `json` a traceback of theirs is one JSON line like ours. Every line
+    is scrubbed of patterns and of `secrets` (the process's known secrets; None: those
+    installed where the line is logged, redact.installed)."""
+    scrub = _scrubber(secrets)
     if fmt == "auto":
         fmt = "console" if sys.stderr.isatty() else "json"
     renderer: Processor = (
@@ -43,14 +51,14 @@ def configure(fmt: str = "auto", level: str = "info") -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
-            _scrub,
+            scrub,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
-    _route_stdlib(renderer)
+    _route_stdlib(renderer, scrub)
     if fmt == "json":  # an uncaught exception's traceback is one JSON line too
         sys.excepthook = _log_uncaught
     elif sys.excepthook is _log_uncaught:
@@ -80,7 +88,7 @@ class _StdlibHandler(logging.StreamHandler):
         pass
 
 
-def _route_stdlib(renderer: Processor) -> None:
+def _route_stdlib(renderer: Processor, scrub: Processor) -> None:
     """Libraries' records (stdlib logging) rendered by structlog's ProcessorFormatter on the
     root logger, kept at warning (their info is chatter); `warnings` go there too."""
     formatter = structlog.stdlib.ProcessorFormatter(
@@ -92,7 +100,7 @@ def _route_stdlib(renderer: Processor) -> None:
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info,
-            _scrub,
+            scrub,
             renderer,
         ],
     )

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from agentd import known_secrets, logs, redact, versions
+from agentd import logs, versions
 from agentd.agent import Agent, LoopView
 from agentd.errors import ConfigError, UnknownAgent
 from agentd.llm.dialects import base as dialects_base
@@ -57,7 +57,6 @@ class McpEntryConfig(BaseModel):
         data = self.model_dump(exclude={"api_token_env"}, exclude_none=True)
         if self.api_token_env:
             data["api_token"] = os.environ.get(self.api_token_env)
-            redact.remember(data["api_token"], pin=True)
         return data
 
     def server(self) -> McpServerConfig:
@@ -150,14 +149,6 @@ def agent_from_config(name: str, raw: dict[str, Any]) -> type[Agent]:
                 problems.append(f"{loc}: {err['msg']}")
         raise ConfigError(f"[agents.{name}]: " + "; ".join(problems)) from None
     entries = cfg.mcps
-    # Its MCP credentials are known from the start (known_secrets covers the rest).
-    redact.remember(
-        *(os.environ.get(e.api_token_env, "") for e in entries if e.api_token_env),
-        *(s for e in entries for s in known_secrets.header_secrets(e.headers)),
-        *(known_secrets.url_password(e.url) for e in entries),
-        *(s for e in entries for s in known_secrets.header_secrets(e.env or {})),
-        pin=True,
-    )
 
     class ConfiguredAgent(Agent):
         dialect = cfg.dialect

@@ -20,6 +20,7 @@ from typing import Any
 
 from agentd import redact
 from agentd.engine.history_cache import HistoryCache
+from agentd.engine.wire_hints import WireHints
 from agentd.llm import body, merge
 from agentd.llm.dialects import get_dialect
 from agentd.llm.types import LLMRequest, Provider, ToolSpec, WireExchange
@@ -43,6 +44,7 @@ def run(dialect: str, rounds: int, size: int) -> dict[str, Any]:
     tools = [ToolSpec("echo", "echoes", {"type": "object"})]
     d = get_dialect(dialect)
     cache = HistoryCache()
+    hints = WireHints()
     ids = iter(range(1, 10**9))
     rows = [Row(id=next(ids), role="user", content="go", tool_call_id=None, **base)]
     calls: list[CallRow] = []
@@ -69,8 +71,8 @@ def run(dialect: str, rounds: int, size: int) -> dict[str, Any]:
         ex = WireExchange(attempt=1, method="POST", url="u", request_headers={},
                           request_body=None, request_wire=b, request_redact=redact.scrub,
                           status=200)  # fmt: skip
-        wire.llm_events([ex], loop_id=lid, token=token)
-        wire.settle(lid, token, committed=True)
+        wire.llm_events([ex], loop_id=lid, hints=hints, token=token)
+        hints.settle(lid, token, committed=True)
         t.append(time.perf_counter())
         per_turn.append([b - a for a, b in itertools.pairwise(t)])
         text = secrets.token_urlsafe(size)[:size]

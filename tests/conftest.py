@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import structlog
 
+from agentd import redact
 from agentd.db import pool as dbpool
 from agentd.testing.db import TestDatabases, server_url
 
@@ -76,6 +77,15 @@ async def pool(database_url: str) -> AsyncIterator[dbpool.Pool]:
         yield p
     finally:
         await p.close()
+
+
+@pytest.fixture(autouse=True)
+def known_secrets() -> Iterator[redact.KnownSecrets]:
+    """Each test starts with its own known secrets, as a process does: the engines and apps
+    it makes take them as theirs (redact.installed), and nothing it makes known outlives
+    it (another test's streamed text is never held back for this one's secret)."""
+    with redact.installed(redact.KnownSecrets()) as known:
+        yield known
 
 
 @pytest.fixture(autouse=True)

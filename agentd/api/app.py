@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.security import HTTPBearer
 from pydantic import TypeAdapter
 from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentd import __about__, known_secrets, redact
 from agentd.api import (
@@ -80,8 +81,8 @@ def create_api(state: AppState) -> FastAPI:
     app.state.agentd = state
     # An echoed token, provider key, MCP credential or webhook secret is masked wherever
     # text is redacted (events, logs, the transcript faces), in any encoding.
-    redact.remember(state.api_token, pin=True)
-    known_secrets.remember_configured(state.settings, state.registry)
+    state.secrets.remember(state.api_token, pin=True)
+    known_secrets.remember_configured(state.secrets, state.settings, state.registry)
     app.state.stream_hub = stream_hub.StreamHub(
         state.database_url, read_slots=max(1, state.settings.db_pool_max // 2)
     )
@@ -122,7 +123,20 @@ def create_api(state: AppState) -> FastAPI:
     app.add_middleware(problems.CatchAll, outages=outages)
     app.add_middleware(methods.MethodRouting, router=app.router)
     app.add_middleware(headers.SecurityHeaders)
+    app.add_middleware(KnownSecretsScope, secrets=state.secrets)
     return app
+
+
+class KnownSecretsScope:
+    """Every request (and what it starts) redacts with the app's known secrets."""
+
+    def __init__(self, app: ASGIApp, *, secrets: redact.KnownSecrets) -> None:
+        self.app = app
+        self.secrets = secrets
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with redact.installed(self.secrets):
+            await self.app(scope, receive, send)
 
 
 def _add_docs(app: FastAPI) -> None:

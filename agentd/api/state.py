@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentd import redact
 from agentd.db.pool import Pool
 from agentd.engine.lifecycle import Lifecycle
 from agentd.observability.metrics import Telemetry
@@ -25,6 +26,9 @@ class AppState:
     api_token: str  # the operator token (never logged)
     engine: Engine | None = None  # set when this process also runs a worker
     telemetry: Telemetry | None = None  # unset: the engine's, else the app makes one
+    # The secrets the app masks: its engine's, else the process's (redact.installed), else
+    # its own. Installed for every request (api/app.py).
+    secrets: redact.KnownSecrets = field(default_factory=redact.current)
     extras: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -49,4 +53,5 @@ class AppState:
             api_token=api_token,
             engine=engine,
             telemetry=engine.telemetry if engine else None,
+            secrets=engine.secrets if engine else redact.current(),
         )

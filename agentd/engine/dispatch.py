@@ -78,9 +78,6 @@ def wake(runtime: Runtime, *queues: str) -> None:
             runtime.wake_local(q)
 
 
-_handing_back: set[asyncio.Task[None]] = set()
-
-
 def hand_back(
     runtime: Runtime, op: Callable[[Connection], Awaitable[None]], *, what: str, loop_id: uuid.UUID
 ) -> None:
@@ -98,5 +95,5 @@ def hand_back(
             log.warning("hand_back.failed", what=what, loop_id=str(loop_id), error=repr(exc))
 
     task = asyncio.get_running_loop().create_task(run())
-    _handing_back.add(task)
-    task.add_done_callback(_handing_back.discard)
+    runtime.handing_back.add(task)  # held, or the loop may collect it mid-statement
+    task.add_done_callback(runtime.handing_back.discard)

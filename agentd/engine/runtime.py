@@ -1,15 +1,19 @@
-"""What a running engine shares with its pipelines: settings, pool, registry, clients."""
+"""What a running engine shares with its pipelines: settings, pool, registry, clients, and
+the process's state (known secrets, wire-log hints, background hand-backs), owned here."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentd import redact
 from agentd.db.pool import Pool
 from agentd.engine.finish_batch import FinishBatch
+from agentd.engine.wire_hints import WireHints
 from agentd.observability.metrics import Telemetry
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
@@ -40,6 +44,12 @@ class Runtime:
     wake_local: Callable[[str], None] = field(default=lambda queue: None)
     # Metrics shared with this process's /metrics (the API's, or the worker's probe port).
     telemetry: Telemetry = field(default_factory=Telemetry)
+    # The secrets this process masks (its owner installs them for the tasks it runs).
+    secrets: redact.KnownSecrets = field(default_factory=redact.current)
+    # What the wire log knows is stored already, per loop (pipeline/wire.py).
+    wire_hints: WireHints = field(default_factory=WireHints)
+    # Background statements handing leases back (engine/dispatch.py): held until done.
+    handing_back: set[asyncio.Task[None]] = field(default_factory=set)
     extras: dict[str, Any] = field(default_factory=dict)
     _finishes: FinishBatch | None = field(default=None, init=False, repr=False)
 

@@ -14,7 +14,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agentd import known_secrets, logs
+from agentd import known_secrets, logs, redact
 from agentd.db.listener import Listener
 from agentd.db.pool import Pool, connection
 from agentd.engine import versions
@@ -61,13 +61,16 @@ class Engine:
     queues: list[str] = field(default_factory=lambda: list(QUEUES))
     llm: LLMClient | None = None
     telemetry: Telemetry = field(default_factory=Telemetry)
+    # The secrets this engine masks (redact.KnownSecrets): the process's when it installed
+    # one (the CLI does, shared with its API), else the engine's own.
+    secrets: redact.KnownSecrets = field(default_factory=redact.current)
 
     def __post_init__(self) -> None:
         from agentd.llm.client import LLMClient, RetryPolicy
 
         # The configured secrets (API tokens, provider keys, MCP credentials, webhook
         # secrets) are ones this process may see echoed: events, logs, transcripts.
-        known_secrets.remember_configured(self.settings, self.registry)
+        known_secrets.remember_configured(self.secrets, self.settings, self.registry)
 
         self.llm_client = self.llm or LLMClient(
             policy=RetryPolicy.from_settings(self.settings),
@@ -81,10 +84,13 @@ class Engine:
             llm=self.llm_client,
             consumes=frozenset(self.queues),
             telemetry=self.telemetry,
+            secrets=self.secrets,
             # Per-request timeouts come from each server's entry (asyncio.timeout).
             mcp_http=pooled_client(max_connections=500, max_keepalive=100, timeout=None),
         )
-        self.flusher = StreamFlusher(self.pool, self.settings.stream_flush_interval)
+        self.flusher = StreamFlusher(
+            self.pool, self.settings.stream_flush_interval, secrets=self.secrets
+        )
         self.runtime.flusher = self.flusher
         self.renewer = LeaseRenewer(
             self.settings,
@@ -133,6 +139,11 @@ class Engine:
             self.worker.on_control(payload)
 
     async def run(self, stop: asyncio.Event) -> None:
+        # Every task of the engine (turns, tool calls, services) redacts with its secrets.
+        with redact.installed(self.secrets):
+            await self._run(stop)
+
+    async def _run(self, stop: asyncio.Event) -> None:
         if "maintenance" in self.queues and self.settings.schedules:
             await self.scheduler.sync_config(self.settings.schedules)
         if "maintenance" in self.queues:

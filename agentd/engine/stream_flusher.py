@@ -42,6 +42,7 @@ class _Shell:
     loop_id: uuid.UUID
     token: uuid.UUID
     observed: bool
+    secrets: redact.KnownSecrets | None
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     #: characters of the shown text (`text()`) already handed to a flush: the next
@@ -54,22 +55,28 @@ class _Shell:
         could be the start of one held back until the next chunk (redact.stream_prefix)."""
         whole = "".join(self.content)
         self.content = [whole]  # join once per tick, not over every chunk again
-        return redact.stream_prefix(whole, final=final)
+        return redact.stream_prefix(whole, final=final, known=self.secrets)
 
     def reasoning_text(self) -> str | None:
-        return redact.stream_prefix("".join(self.reasoning), final=False) or None
+        joined = "".join(self.reasoning)
+        return redact.stream_prefix(joined, final=False, known=self.secrets) or None
 
 
 class StreamFlusher:
-    def __init__(self, pool: Pool, interval: float) -> None:
+    def __init__(
+        self, pool: Pool, interval: float, *, secrets: redact.KnownSecrets | None = None
+    ) -> None:
         self.pool = pool
+        self.secrets = secrets  # None: the set installed where the shell is read
         self.interval = interval
         self._shells: dict[int, _Shell] = {}
         # Held by a flush from its snapshot to its commit, and by a close: see Ordering.
         self._lock = asyncio.Lock()
 
     def open(self, shell_id: int, *, loop_id: uuid.UUID, token: uuid.UUID, observed: bool) -> None:
-        self._shells[shell_id] = _Shell(loop_id=loop_id, token=token, observed=observed)
+        self._shells[shell_id] = _Shell(
+            loop_id=loop_id, token=token, observed=observed, secrets=self.secrets
+        )
 
     def submit(self, shell_id: int, content: str, reasoning: str = "") -> None:
         shell = self._shells.get(shell_id)

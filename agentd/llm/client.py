@@ -130,7 +130,7 @@ class LLMClient:
         stream = d.is_stream(request, payload)
         read_timeout = provider.read_timeout or self.default_read_timeout
         secrets = [s for s in (provider.api_token,) if s]
-        redact.remember(*secrets)  # its echoes, in any encoding, are masked wherever stored
+        redact.current().remember(*secrets)  # echoes masked wherever stored, in any encoding
         call = _Call(
             dialect=d,
             url=d.url(provider, stream=stream),

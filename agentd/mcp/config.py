@@ -51,7 +51,7 @@ class McpServerConfig(BaseModel):
         # Its credentials are secrets this process may see echoed (a tool result, an error).
         from agentd import known_secrets, redact
 
-        redact.remember(
+        redact.current().remember(
             self.api_token,
             known_secrets.url_password(self.url),
             *known_secrets.header_secrets(self.headers),

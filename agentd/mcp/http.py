@@ -69,7 +69,7 @@ class HttpTransport:
     ) -> None:
         self.url = url
         self.api_token = api_token
-        redact.remember(api_token)  # masked in every event and log, in any encoding
+        redact.current().remember(api_token)  # masked in every event and log, in any encoding
         self.headers = dict(headers or {})
         self.timeout = timeout
         self._client = client

@@ -10,78 +10,30 @@ sql/functions/wire_parts.sql) and `body_ref` {manifest, sha256 of the body, byte
 redacted}. Reading it back (store/events.py) rebuilds the exact text and checks the hash.
 So a turn writes O(its new messages), not O(history), and redacts only its new pieces.
 
-The per-process cache (loop → the last stored request: its manifest, its pieces' texts and
-keys) is a hint: only the pieces it does not know are hashed, redacted and written; a miss
-stores a self-contained manifest; a part the cache wrongly believed stored is caught
-by the read's hash check. It learns a manifest only once the turn that wrote it committed
-(`settle`), so it never points at a part a rolled-back turn would have stored.
+The process's cache (engine/wire_hints.py, on the Runtime: loop → the last stored request:
+its manifest, its pieces' texts and keys) is a hint: only the pieces it does not know are
+hashed, redacted and written; a miss stores a self-contained manifest; a part the cache
+wrongly believed stored is caught by the read's hash check. It learns a manifest only once
+the turn that wrote it committed (`settle`), so it never points at a part a rolled-back
+turn would have stored.
 """
 
 from __future__ import annotations
 
-import collections
 import hashlib
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from agentd import redact
+from agentd.engine.wire_hints import Hint, WireHints
 from agentd.llm import body as wire_body
 from agentd.llm.types import WireExchange
 from agentd.store.models import NewEvent
 
-CACHE_LOOPS = 128  # loops whose last request this process remembers (its text, in pieces)
-CACHE_AGE = 3600.0  # seconds: an older hint is dropped (the janitor may prune idle loops' parts)
-
-
-@dataclass(frozen=True)
-class _Known:
-    manifest: str  # hex key of the loop's last committed manifest
-    pieces: list[str]  # its piece keys, in order
-    texts: list[str]  # the text sent of each of them
-    sent: dict[str, str]  # the text sent of each of its pieces -> its key (no rehashing)
-    safe: dict[str, str]  # key -> stored text, for the pieces that had to be redacted
-    at: float
-    where: dict[str, int]  # each key of `pieces` -> its first index there
-    # SHA-256 state over the bytes of all pieces but the tail (None: redacted), so a body
-    # that starts with them hashes only its newer bytes.
-    digest: Any = None
-
-
-_known: collections.OrderedDict[uuid.UUID, _Known] = collections.OrderedDict()
-_pending: dict[tuple[uuid.UUID, uuid.UUID], _Known] = {}
-
 
 def key_of(text: str) -> str:
     return hashlib.sha256(text.encode()).digest()[:16].hex()
-
-
-def _hint(loop_id: uuid.UUID) -> _Known | None:
-    k = _known.get(loop_id)
-    if k is None or time.monotonic() - k.at > CACHE_AGE:
-        return None
-    return k
-
-
-def settle(loop_id: uuid.UUID, token: uuid.UUID, *, committed: bool) -> None:
-    """The turn that built events with `token` committed them (or never will)."""
-    k = _pending.pop((loop_id, token), None)
-    if k is None or not committed:
-        return
-    _known[loop_id] = k
-    _known.move_to_end(loop_id)
-    while len(_known) > CACHE_LOOPS:
-        _known.popitem(last=False)
-
-
-def forget(loop_id: uuid.UUID | None = None) -> None:
-    """Drop the hints (tests; a process pointed at another database)."""
-    if loop_id is None:
-        _known.clear()
-        _pending.clear()
-    else:
-        _known.pop(loop_id, None)
 
 
 def _ops(base: list[str], new: list[str], where: dict[str, int], same: int = 0) -> list[Any]:
@@ -111,8 +63,8 @@ def _first_index(keys: list[str]) -> dict[str, int]:
 
 
 def encode(
-    ex: WireExchange, *, parts: dict[str, str], hint: _Known | None
-) -> tuple[dict[str, Any], _Known]:
+    ex: WireExchange, *, parts: dict[str, str], hint: Hint | None
+) -> tuple[dict[str, Any], Hint]:
     """`body_ref` for one exchange; adds the parts to store to `parts`. Only the pieces
     the hint does not know are hashed, redacted and written: O(the turn's new messages) —
     when the body starts with the hint's pieces (a prompt that extends the last one) even
@@ -208,7 +160,7 @@ def encode(
             where.setdefault(keys[i], i)
     else:
         where = _first_index(keys)
-    return ref, _Known(
+    return ref, Hint(
         manifest=mkey,
         pieces=keys,
         texts=texts,
@@ -221,12 +173,17 @@ def encode(
 
 
 def llm_events(
-    exchanges: list[WireExchange], *, loop_id: uuid.UUID, token: uuid.UUID | None = None
+    exchanges: list[WireExchange],
+    *,
+    loop_id: uuid.UUID,
+    hints: WireHints | None,
+    token: uuid.UUID | None = None,
 ) -> list[NewEvent]:
     """One `llm.request` event per attempt. With `token` (the turn's execution token), what
-    they store becomes this process's hint for the loop once `settle` says they committed."""
+    they store becomes the loop's hint in `hints` once `hints.settle` says they committed;
+    without `hints`, each request is stored self-contained."""
     out = []
-    hint = _hint(loop_id)
+    hint = hints.get(loop_id) if hints is not None else None
     for ex in exchanges:
         request_data: dict[str, Any] = {"headers": ex.request_headers}
         if ex.request_wire is not None:
@@ -253,8 +210,8 @@ def llm_events(
                 ),
             )
         )
-    if token is not None and hint is not None and out:
-        _pending[(loop_id, token)] = hint
+    if hints is not None and token is not None and hint is not None and out:
+        hints.pend(loop_id, token, hint)
     return out
 
 

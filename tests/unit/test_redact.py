@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentd import redact
+from agentd.redact import detect
 
 
 def test_bearer_keys_and_query_params_are_masked() -> None:
@@ -39,7 +40,7 @@ _PIECES = st.sampled_from(
 @settings(max_examples=400, deadline=None)
 @given(pieces=st.lists(_PIECES, max_size=24), extra=st.text(max_size=8))
 def test_the_fast_path_never_changes_the_answer(pieces: list[str], extra: str) -> None:
-    redact.remember("canary123456")
+    redact.current().remember("canary123456")
     value = "".join(pieces) + extra
     with _full_path():
         expected = redact.text(value)
@@ -48,12 +49,12 @@ def test_the_fast_path_never_changes_the_answer(pieces: list[str], extra: str) -
 
 @contextlib.contextmanager
 def _full_path() -> Iterator[None]:
-    saved = redact._may_hold
-    redact._may_hold = lambda value: True  # type: ignore[assignment]
+    saved = detect.may_hold
+    detect.may_hold = lambda value, k: True  # type: ignore[assignment]
     try:
         yield
     finally:
-        redact._may_hold = saved  # type: ignore[assignment]
+        detect.may_hold = saved  # type: ignore[assignment]
 
 
 # A document is first tested whole, serialized (`_clean_document`): on any document, what
@@ -81,7 +82,7 @@ _DOCS = st.recursive(
 @settings(max_examples=400, deadline=None)
 @given(doc=st.dictionaries(_KEYS, _DOCS, max_size=5) | st.lists(_DOCS, max_size=4))
 def test_the_whole_document_test_never_changes_the_answer(doc: object) -> None:
-    redact.remember("canary123456")
+    redact.current().remember("canary123456")
     with _walk_only():
         expected = redact.scrub(doc, also=["literal-secret-1"])
     assert redact.scrub(doc, also=["literal-secret-1"]) == expected
@@ -116,36 +117,29 @@ def test_a_document_of_json_texts_is_returned_itself_and_one_secret_in_it_masked
 def test_a_secret_json_escapes_turns_the_whole_document_test_off() -> None:
     # A quote inside a known secret is escaped when serialized: the document must be walked.
     secret = 'quote"d-secret-value'
-    redact.remember(secret)
-    try:
-        assert redact.scrub({"x": f"echo {secret}"}) == {"x": f"echo {redact.MASK}"}
-        assert redact.scrub(["a", {"y": secret}], also=['also"quoted']) == ["a", {"y": redact.MASK}]
-    finally:
-        redact.forget_all()
+    redact.current().remember(secret)
+    assert redact.scrub({"x": f"echo {secret}"}) == {"x": f"echo {redact.MASK}"}
+    assert redact.scrub(["a", {"y": secret}], also=['also"quoted']) == ["a", {"y": redact.MASK}]
 
 
 @contextlib.contextmanager
 def _walk_only() -> Iterator[None]:
-    saved = redact._clean_document
-    redact._clean_document = lambda value, also: False  # type: ignore[assignment]
+    saved = detect.clean_document
+    detect.clean_document = lambda value, also, k: False  # type: ignore[assignment]
     try:
         yield
     finally:
-        redact._clean_document = saved  # type: ignore[assignment]
+        detect.clean_document = saved  # type: ignore[assignment]
 
 
 def test_a_text_found_clean_is_masked_once_its_secret_becomes_known() -> None:
-    redact.forget_all()
     value = "".join(["an echo of ", "later-secret-123", " " * 64])  # a fresh object
     assert redact.text(value) is value
-    redact.remember("later-secret-123")
-    try:
-        masked = f"an echo of {redact.MASK}" + " " * 64
-        assert redact.text(value) == masked
-        assert redact.scrub({"raw": value}, whole=False) == {"raw": masked}
-        assert redact.scrub({"raw": value}) == {"raw": masked}
-    finally:
-        redact.forget_all()
+    redact.current().remember("later-secret-123")
+    masked = f"an echo of {redact.MASK}" + " " * 64
+    assert redact.text(value) == masked
+    assert redact.scrub({"raw": value}, whole=False) == {"raw": masked}
+    assert redact.scrub({"raw": value}) == {"raw": masked}
 
 
 def test_headers_mask_secret_headers_whole_and_literal_secrets_in_the_rest() -> None:

@@ -135,11 +135,8 @@ def _leaks(decoded: str, secret: str) -> list[str]:
 
 
 @pytest.fixture(autouse=True)
-def _known() -> Iterator[None]:
-    redact.forget_all()
-    redact.remember(SECRET)
-    yield
-    redact.forget_all()
+def _known(known_secrets: redact.KnownSecrets) -> None:
+    known_secrets.remember(SECRET)
 
 
 @pytest.mark.parametrize("where", ["start", "middle", "end", "json"])

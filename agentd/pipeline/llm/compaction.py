@@ -135,12 +135,21 @@ class Compaction:
                 f"the compaction turn ran longer than max_duration ({max_duration:g}s)"
             ) from exc
         except LLMError as exc:
-            ctx.events.extend(llm_events(getattr(exc, "exchanges", []), loop_id=ctx.loop.id))
+            ctx.events.extend(
+                llm_events(
+                    getattr(exc, "exchanges", []), loop_id=ctx.loop.id, hints=ctx.runtime.wire_hints
+                )
+            )
             exc.exchanges = []  # type: ignore[attr-defined]  # recorded once, above
             raise
         ctx.response = resp
         ctx.events.extend(
-            llm_events(resp.exchanges, loop_id=ctx.loop.id, token=ctx.execution_token)
+            llm_events(
+                resp.exchanges,
+                loop_id=ctx.loop.id,
+                hints=ctx.runtime.wire_hints,
+                token=ctx.execution_token,
+            )
         )
         text = (resp.content or "").strip()
         if not text:

@@ -113,7 +113,9 @@ class ErrorHandling:
         exc: BaseException,
     ) -> None:
         ctx.metadata["error_type"] = type(exc).__name__  # the turn span's error.type
-        wire = llm_events(getattr(exc, "exchanges", None) or [], loop_id=ctx.loop.id)
+        wire = llm_events(
+            getattr(exc, "exchanges", None) or [], loop_id=ctx.loop.id, hints=ctx.runtime.wire_hints
+        )
         async with transaction(ctx.runtime.pool) as conn:
             row = await loops.fenced_transition(
                 conn,

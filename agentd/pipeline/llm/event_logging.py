@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from agentd.db.pool import transaction
 from agentd.engine.context import TurnContext
-from agentd.pipeline import wire
 from agentd.pipeline.builder import Handler
 from agentd.store import events
 
@@ -29,4 +28,4 @@ class EventLogging:
             committed = ctx.events_flushed
         finally:
             # The wire log's hint learns what this turn stored only once it committed.
-            wire.settle(ctx.loop.id, ctx.execution_token, committed=committed)
+            ctx.runtime.wire_hints.settle(ctx.loop.id, ctx.execution_token, committed=committed)

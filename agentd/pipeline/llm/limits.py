@@ -207,7 +207,11 @@ class Gate:
         if self.blocked_until is None:
             return False
         await self.settle(None, tokens=0)  # the provider refused it: it cost no tokens
-        wire = llm_events(getattr(exc, "exchanges", None) or [], loop_id=self.ctx.loop.id)
+        wire = llm_events(
+            getattr(exc, "exchanges", None) or [],
+            loop_id=self.ctx.loop.id,
+            hints=self.ctx.runtime.wire_hints,
+        )
         exc.exchanges = []  # type: ignore[attr-defined]  # recorded here, once
         await self._defer(self.blocked_until, TransitionReason.PROVIDER_BACKOFF, wire=wire)
         return True

@@ -131,7 +131,11 @@ class NetworkCalling:
             ctx.runtime.telemetry.llm_attempts(ctx, getattr(exc, "exchanges", []))
             if await gate.deferred_after(exc):
                 return  # throttled: every worker waits out the Retry-After, this turn too
-            ctx.events.extend(llm_events(getattr(exc, "exchanges", []), loop_id=ctx.loop.id))
+            ctx.events.extend(
+                llm_events(
+                    getattr(exc, "exchanges", []), loop_id=ctx.loop.id, hints=ctx.runtime.wire_hints
+                )
+            )
             exc.exchanges = []  # type: ignore[attr-defined]  # recorded once, above
             if isinstance(exc, LLMTransportError) and not exc.connected:
                 await _defer_unreachable(ctx, exc)
@@ -146,7 +150,12 @@ class NetworkCalling:
         ctx.runtime.telemetry.llm_attempts(ctx, ctx.response.exchanges)
         await gate.settle(ctx.response.usage)
         ctx.events.extend(
-            llm_events(ctx.response.exchanges, loop_id=ctx.loop.id, token=ctx.execution_token)
+            llm_events(
+                ctx.response.exchanges,
+                loop_id=ctx.loop.id,
+                hints=ctx.runtime.wire_hints,
+                token=ctx.execution_token,
+            )
         )
         await self.app(ctx)
 

@@ -12,7 +12,6 @@ import httpx
 from long_loops_kit import in_status
 
 from agentd.db.pool import Pool, connection
-from agentd.pipeline import wire
 from agentd.registry import AgentRegistry
 from agentd.testing.engine import eventually, running_engine
 from agentd.testing.fake_llm import FakeLLM, LastMessage, Reply, Rule, ToolCall
@@ -37,7 +36,6 @@ async def test_events_show_each_request_exactly_as_sent(
     client: httpx.AsyncClient,
     admin: httpx.AsyncClient,
 ) -> None:
-    wire.forget()
     n = {"i": 0}
 
     def reply(last: LastMessage) -> Reply:

@@ -183,13 +183,6 @@ def exposure(draw: st.DrawFn, secret: str) -> str:
 secrets_ = st.text(alphabet=SECRET_CHARS, min_size=12, max_size=40)
 
 
-@pytest.fixture(autouse=True)
-def _no_known_secrets() -> Iterator[None]:
-    redact.forget_all()
-    yield
-    redact.forget_all()
-
-
 def _event(body: str, loop_id: uuid.UUID | None = None) -> NewEvent:
     return NewEvent(
         name="llm.request",
@@ -230,7 +223,7 @@ def test_the_checker_sees_every_exposure_unredacted() -> None:
 def test_a_known_secret_in_any_encoding_never_reaches_a_stored_column(
     data: st.DataObject, secret: str
 ) -> None:
-    redact.remember(secret)
+    redact.current().remember(secret)
     body = data.draw(exposure(secret))
     columns = events.columns([_event(body)])  # exactly what event_insert_many stores
     for text in _strings([c[0] for c in columns]):
@@ -255,7 +248,7 @@ def test_an_unknown_provider_key_in_any_encoding_is_masked_by_its_shape(
 async def test_stored_events_read_back_from_postgres_hold_no_decodable_secret(
     pool: Pool, data: st.DataObject, secret: str
 ) -> None:
-    redact.remember(secret)
+    redact.current().remember(secret)
     body = data.draw(exposure(secret))
     async with transaction(pool) as conn:
         loop = await factories.loop(conn, status="failed")

@@ -100,13 +100,6 @@ def _script(fake: FakeLLM, secret: str) -> None:
     fake.add(Rule(match=lambda last: last.role == "tool", reply=Reply(content=f"Got {secret}.")))
 
 
-@pytest.fixture(autouse=True)
-def _clean() -> object:
-    redact.forget_all()
-    yield
-    redact.forget_all()
-
-
 @pytest.mark.parametrize("kind", sorted(KINDS))
 async def test_no_face_shows_a_known_secret_from_the_transcript(
     kind: str, pool: Pool, database_url: str, monkeypatch: pytest.MonkeyPatch

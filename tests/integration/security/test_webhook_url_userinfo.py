@@ -16,7 +16,6 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from agentd import redact
 from agentd.api.state import AppState
 from agentd.app import create_app
 from agentd.db.pool import Pool, connection
@@ -30,13 +29,6 @@ SECRET_ENV = "AGENTD_TEST_USERINFO_SECRET"
 TOKEN = "operator-token-for-userinfo-tests"
 READ_TOKEN = "read-token-for-userinfo-tests"
 PASSWORD = "hook-pa55word-Zq81"
-
-
-@pytest.fixture(autouse=True)
-def _clean() -> object:
-    redact.forget_all()
-    yield
-    redact.forget_all()
 
 
 async def test_the_password_is_masked_on_every_face_and_delivery_still_authenticates(

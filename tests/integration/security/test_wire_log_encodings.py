@@ -101,13 +101,6 @@ def _leaks(text: str) -> list[str]:
     return [KEY[i : i + 12] for i in range(len(KEY) - 11) if KEY[i : i + 12] in readable]
 
 
-@pytest.fixture(autouse=True)
-def _clean() -> Iterator[None]:
-    redact.forget_all()
-    yield
-    redact.forget_all()
-
-
 async def test_a_key_echoed_in_every_encoding_is_served_masked(
     pool: Pool, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from agentd import redact
 from agentd.db.pool import Pool, connection, transaction
+from agentd.engine.wire_hints import WireHints
 from agentd.llm import body
 from agentd.llm.types import WireExchange
 from agentd.pipeline import wire
@@ -67,7 +68,7 @@ async def store(pool: Pool, evs: list[NewEvent]) -> None:
 
 async def test_100_random_requests_rebuild_byte_for_byte(pool: Pool) -> None:
     rng = random.Random(20261201)
-    wire.forget()
+    hints = WireHints()
     async with connection(pool) as conn:
         loops = [(await factories.loop(conn)).id for _ in range(3)]
     transcripts: dict[uuid.UUID, list[dict[str, Any]]] = {
@@ -91,16 +92,16 @@ async def test_100_random_requests_rebuild_byte_for_byte(pool: Pool) -> None:
             payload["temperature"] = rng.random()
         token = uuid.uuid4()
         attempts = [exchange(payload, a) for a in range(1, rng.choice([1, 1, 1, 2]) + 1)]
-        evs = wire.llm_events(attempts, loop_id=lid, token=token)
+        evs = wire.llm_events(attempts, loop_id=lid, hints=hints, token=token)
         if rng.random() < 0.07:  # the turn rolled back: nothing stored, nothing learnt
-            wire.settle(lid, token, committed=False)
+            hints.settle(lid, token, committed=False)
             continue
         await store(pool, evs)
-        wire.settle(lid, token, committed=True)
+        hints.settle(lid, token, committed=True)
         data = attempts[0].request_wire.data
         sent[hashlib.sha256(data).hexdigest()] = data
         if rng.random() < 0.05:
-            wire.forget()  # a restart: the next request of each loop is self-contained
+            hints.forget()  # a restart: the next request of each loop is self-contained
     got: list[tuple[dict[str, Any], events.Rebuilt]] = []
     async with connection(pool) as conn:
         for lid in loops:
@@ -119,7 +120,7 @@ async def test_100_random_requests_rebuild_byte_for_byte(pool: Pool) -> None:
 
 
 async def test_each_turn_stores_only_its_new_pieces(pool: Pool) -> None:
-    wire.forget()
+    hints = WireHints()
     async with connection(pool) as conn:
         lid = (await factories.loop(conn)).id
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "s"}]
@@ -129,12 +130,15 @@ async def test_each_turn_stores_only_its_new_pieces(pool: Pool) -> None:
         msgs += [{"role": "assistant", "content": f"a{i} " * 20}, {"role": "tool", "content": "t"}]
         token = uuid.uuid4()
         evs = wire.llm_events(
-            [exchange({"model": "m", "messages": list(msgs)})], loop_id=lid, token=token
+            [exchange({"model": "m", "messages": list(msgs)})],
+            loop_id=lid,
+            hints=hints,
+            token=token,
         )
         new_parts.append(len(evs[0].request_data["parts"]))
         sent_total += len(body.encode({"model": "m", "messages": msgs}).data)
         await store(pool, evs)
-        wire.settle(lid, token, committed=True)
+        hints.settle(lid, token, committed=True)
     # Two new messages (one deduplicated when equal), the tail, the manifest: O(1).
     assert max(new_parts[1:]) <= 4
     async with connection(pool) as conn:
@@ -154,7 +158,7 @@ async def test_each_turn_stores_only_its_new_pieces(pool: Pool) -> None:
 
 
 async def test_secrets_are_stored_redacted_and_flagged(pool: Pool) -> None:
-    wire.forget()
+    hints = WireHints()
     async with connection(pool) as conn:
         lid = (await factories.loop(conn)).id
     secret = "sk-" + "A1b2C3d4E5f6G7h8"
@@ -166,10 +170,13 @@ async def test_secrets_are_stored_redacted_and_flagged(pool: Pool) -> None:
         token = uuid.uuid4()
         msgs.append({"role": "assistant", "content": f"ok {i}"})
         evs = wire.llm_events(
-            [exchange({"model": "m", "messages": list(msgs)})], loop_id=lid, token=token
+            [exchange({"model": "m", "messages": list(msgs)})],
+            loop_id=lid,
+            hints=hints,
+            token=token,
         )
         await store(pool, evs)
-        wire.settle(lid, token, committed=True)
+        hints.settle(lid, token, committed=True)
     async with connection(pool) as conn:
         leaked = await conn.fetchval(
             "SELECT count(*) FROM wire_parts WHERE body LIKE '%A1b2C3d4%'"
@@ -187,7 +194,7 @@ async def test_secrets_are_stored_redacted_and_flagged(pool: Pool) -> None:
 async def test_a_calls_literal_secret_is_masked_in_the_pieces_too(pool: Pool) -> None:
     """The provider key a call was given (`request_secrets`) is masked wherever it echoes,
     even in a shape no pattern knows and with no process-wide record of it."""
-    wire.forget()
+    hints = WireHints()
     async with connection(pool) as conn:
         lid = (await factories.loop(conn)).id
     literal = "plain-literal-key-0042"
@@ -195,7 +202,7 @@ async def test_a_calls_literal_secret_is_masked_in_the_pieces_too(pool: Pool) ->
         exchange({"model": "m", "messages": [{"role": "user", "content": f"echo {literal}"}]}),
         request_secrets=(literal,),
     )
-    await store(pool, wire.llm_events([ex], loop_id=lid, token=uuid.uuid4()))
+    await store(pool, wire.llm_events([ex], loop_id=lid, hints=hints, token=uuid.uuid4()))
     async with connection(pool) as conn:
         leaked = await conn.fetchval(
             "SELECT count(*) FROM wire_parts WHERE body LIKE '%plain-literal-key%'"
@@ -217,10 +224,12 @@ async def test_old_form_rows_read_as_they_are(pool: Pool) -> None:
 
 
 async def test_a_missing_part_reads_as_unavailable_not_an_error(pool: Pool) -> None:
-    wire.forget()
+    hints = WireHints()
     async with connection(pool) as conn:
         lid = (await factories.loop(conn)).id
-    evs = wire.llm_events([exchange({"model": "m", "messages": [{"role": "user"}]})], loop_id=lid)
+    evs = wire.llm_events(
+        [exchange({"model": "m", "messages": [{"role": "user"}]})], loop_id=lid, hints=hints
+    )
     await store(pool, evs)
     async with connection(pool) as conn:
         await conn.execute("DELETE FROM wire_parts WHERE loop_id = $1", lid)
@@ -237,7 +246,7 @@ def test_a_request_extending_the_last_is_stored_as_a_piece_by_piece_pass_stores_
     reference, the parts and the next hint are exactly those of the pass over every piece —
     through extensions, compactions, regenerations, secrets and restarts."""
     rng = random.Random(20261202)
-    wire.forget()
+    hints = WireHints()
     lid = uuid.uuid4()
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "be brief"}]
     split = body.split
@@ -254,7 +263,7 @@ def test_a_request_extending_the_last_is_stored_as_a_piece_by_piece_pass_stores_
         if rng.random() < 0.05:
             msgs.append(dict(msgs[-1]))  # a piece equal to the one before it
         payload = {"model": "m", "messages": list(msgs), "stream": False}
-        hint = wire._hint(lid)
+        hint = hints.get(lid)
         ex = exchange(payload)
         got_parts: dict[str, str] = {}
         got, got_hint = wire.encode(ex, parts=got_parts, hint=hint)
@@ -270,8 +279,8 @@ def test_a_request_extending_the_last_is_stored_as_a_piece_by_piece_pass_stores_
             assert getattr(got_hint, f) == getattr(want_hint, f), (turn, f)
         assert want_hint.sent.items() <= got_hint.sent.items()  # a hint may know more
         token = uuid.uuid4()
-        wire.llm_events([ex], loop_id=lid, token=token)
-        wire.settle(lid, token, committed=True)
+        wire.llm_events([ex], loop_id=lid, hints=hints, token=token)
+        hints.settle(lid, token, committed=True)
         if rng.random() < 0.03:
-            wire.forget()
+            hints.forget()
     assert fast > 150

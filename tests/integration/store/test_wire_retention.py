@@ -11,6 +11,7 @@ import pytest
 
 from agentd.db.pool import Pool, connection, transaction
 from agentd.engine.janitor import Janitor
+from agentd.engine.wire_hints import WireHints
 from agentd.llm import body
 from agentd.llm.types import WireExchange
 from agentd.pipeline import wire
@@ -21,7 +22,9 @@ from agentd.testing import factories
 from agentd.testing.engine import fast_settings
 
 
-async def turn(pool: Pool, loop_id: uuid.UUID, msgs: list[dict[str, str]]) -> None:
+async def turn(
+    pool: Pool, loop_id: uuid.UUID, msgs: list[dict[str, str]], hints: WireHints
+) -> None:
     token = uuid.uuid4()
     ex = WireExchange(
         attempt=1,
@@ -32,13 +35,13 @@ async def turn(pool: Pool, loop_id: uuid.UUID, msgs: list[dict[str, str]]) -> No
         request_wire=body.encode({"model": "m", "messages": list(msgs)}),
     )
     evs = [
-        *wire.llm_events([ex], loop_id=loop_id, token=token),
+        *wire.llm_events([ex], loop_id=loop_id, hints=hints, token=token),
         NewEvent(name="mcp.tools/call", loop_id=loop_id, request_data={"raw": "{}"}),
         NewEvent(name="turn.completed", loop_id=loop_id),
     ]
     async with transaction(pool) as conn:
         await events.insert_many(conn, evs)
-    wire.settle(loop_id, token, committed=True)
+    hints.settle(loop_id, token, committed=True)
 
 
 async def age(pool: Pool, loop_id: uuid.UUID, days: int) -> None:
@@ -62,20 +65,20 @@ def test_the_default_is_thirty_days_and_off_disables_it(monkeypatch: pytest.Monk
 
 
 async def test_janitor_prunes_old_wire_logs_and_idle_loops_parts(pool: Pool) -> None:
-    wire.forget()
+    hints = WireHints()
     async with connection(pool) as conn:
         idle = (await factories.loop(conn)).id
         live = (await factories.loop(conn)).id
     msgs = [{"role": "user", "content": "go"}]
     for i in range(5):
         msgs.append({"role": "assistant", "content": f"step {i}"})
-        await turn(pool, idle, msgs)
-        await turn(pool, live, msgs)
+        await turn(pool, idle, msgs, hints)
+        await turn(pool, live, msgs, hints)
     await age(pool, idle, 40)
     await age(pool, live, 40)
     # The live loop keeps going: its new request references parts stored 40 days ago.
     msgs.append({"role": "assistant", "content": "today"})
-    await turn(pool, live, msgs)
+    await turn(pool, live, msgs, hints)
     report = await Janitor(fast_settings(janitor_batch_size=3), pool).prune_once()
     assert report.wire_logs == 2 * 5 * 2  # llm.request + mcp.* of the old turns, both loops
     async with connection(pool) as conn:
@@ -97,10 +100,10 @@ async def test_janitor_prunes_old_wire_logs_and_idle_loops_parts(pool: Pool) -> 
 
 
 async def test_off_keeps_everything(pool: Pool) -> None:
-    wire.forget()
+    hints = WireHints()
     async with connection(pool) as conn:
         lid = (await factories.loop(conn)).id
-    await turn(pool, lid, [{"role": "user", "content": "go"}])
+    await turn(pool, lid, [{"role": "user", "content": "go"}], hints)
     await age(pool, lid, 400)
     report = await Janitor(fast_settings(wire_log_retention=None), pool).prune_once()
     assert report.wire_logs == report.wire_parts == report.events == 0
