@@ -102,20 +102,17 @@ def off(parent: Mapping[str, Any] | None = None) -> bool:
     return trace is None or (not _carrier(parent) and _no_provider())
 
 
-_ENV_PROVIDER = "OTEL_PYTHON_TRACER_PROVIDER"
-_env_names_provider: bool | None = None
+# While no provider is set, the API's get_tracer_provider() looks the variable up in
+# os.environ on every call (~10 us, several spans a job): it is read once, at import (the
+# SDK reads it once too, at its first call), and the API asked only when it names a
+# provider or one was set in code.
+_ENV_NAMES_PROVIDER = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 
 
 def _no_provider() -> bool:
     """No tracer provider is set (in code or by OTEL_PYTHON_TRACER_PROVIDER): every span
     would be a non-recording one."""
-    # While no provider is set, the API's get_tracer_provider() looks the variable up in
-    # os.environ on every call (~10 us, several spans a job): read it once per process,
-    # and ask the API only when it names a provider or one was set in code.
-    global _env_names_provider
-    if _env_names_provider is None:
-        _env_names_provider = _ENV_PROVIDER in os.environ
-    if not _env_names_provider and getattr(trace, "_TRACER_PROVIDER", False) is None:
+    if not _ENV_NAMES_PROVIDER and getattr(trace, "_TRACER_PROVIDER", False) is None:
         return True
     return isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
