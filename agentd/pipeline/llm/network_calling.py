@@ -198,14 +198,17 @@ class NetworkCalling:
             nonlocal last, flushed
             last = time.monotonic()
             # As the flusher shows it: known secrets masked, a possible start held back.
-            text = redact.stream_prefix("".join(content), final=False)
+            text = redact.stream_prefix("".join(content), final=False, known=runtime.secrets)
             start, flushed = flushed, len(text)
             async with transaction(runtime.pool) as conn:
                 await messages.update_partial(
                     conn,
                     message_id=shell.id,
                     content=text,
-                    reasoning=redact.stream_prefix("".join(reasoning), final=False) or None,
+                    reasoning=redact.stream_prefix(
+                        "".join(reasoning), final=False, known=runtime.secrets
+                    )
+                    or None,
                     execution_token=ctx.execution_token,
                 )
                 if observed and len(text) > start:
