@@ -28,6 +28,7 @@ class Seen:
     #: the assistant messages' committed text, by message id
     messages: dict[int, str] = field(default_factory=dict)
     error: str | None = None
+    empty: list[str] = field(default_factory=list)  # names of events with no data
 
 
 async def observe(client: httpx.AsyncClient, loop_id: str, tag: str) -> Seen:
@@ -37,6 +38,9 @@ async def observe(client: httpx.AsyncClient, loop_id: str, tag: str) -> Seen:
             source.response.raise_for_status()
             async for sse in source.aiter_sse():
                 now = time.monotonic()
+                if not sse.data:
+                    seen.empty.append(sse.event)
+                    continue
                 if sse.event == "delta":
                     d = json.loads(sse.data)
                     seen.deltas.append(
@@ -95,4 +99,5 @@ def score(seen: Seen, emits: list[float]) -> dict[str, Any]:
         "messages": len(mids),
         "complete": answer == "".join(token(k) for k in range(n)),
         "error": seen.error,
+        "empty_events": seen.empty,
     }

@@ -144,6 +144,7 @@ async def agentd_round(
         "overlaps": sum(sc["overlap"] for sc in scores),
         "gaps": sum(sc["gaps"] for sc in scores),
         "observer_errors": [sc["error"] for sc in scores if sc["error"]],
+        "empty_events": [e for sc in scores for e in sc["empty_events"]],
         "cpu_s_per_1k_tokens": {k: per_k(k) for k in c0},
     }
     if prof is not None:
