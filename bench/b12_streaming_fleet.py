@@ -81,12 +81,17 @@ async def agentd_round(
         async def start(i: int) -> str:
             tag = f"r{rnd}l{i}"
             watch = observe_every and i % observe_every == 0
+            body = {"agent": "stream", "message": f"go {tag}", "observe": bool(watch)}
             async with sem:
                 posted[tag] = time.monotonic()
-                r = await h.post(
-                    "/v1/loops",
-                    json={"agent": "stream", "message": f"go {tag}", "observe": bool(watch)},
-                )
+                for attempt in range(3):
+                    try:
+                        # Idempotent: a POST retried after a dropped connection starts one loop.
+                        r = await h.post("/v1/loops", json=body, headers={"Idempotency-Key": tag})
+                        break
+                    except httpx.TransportError:
+                        if attempt == 2:
+                            raise
                 r.raise_for_status()
             loop_id = str(r.json()["id"])
             if watch:
