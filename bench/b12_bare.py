@@ -1,0 +1,59 @@
+"""B12's bare client: `--n` concurrent streaming requests to the fake model with httpx and
+httpx-sse, each event's JSON decoded and its text kept, no database: what consuming the
+same tokens at the same concurrency costs a plain Python client. Prints one JSON line:
+{"cpu_s", "wall_s", "tokens"} (its own CPU from the first request to the last event).
+
+    python -m bench.b12_bare --url http://127.0.0.1:P --n 500 [--event-loop auto]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+
+import httpx
+from httpx_sse import aconnect_sse
+
+from agentd import event_loop
+
+
+async def one(client: httpx.AsyncClient, i: int) -> int:
+    body = {
+        "model": "fake",
+        "stream": True,
+        "messages": [
+            {"role": "system", "content": "bench"},
+            {"role": "user", "content": f"bare {i}"},
+        ],
+    }
+    parts: list[str] = []
+    async with aconnect_sse(client, "POST", "/v1/chat/completions", json=body) as source:
+        async for sse in source.aiter_sse():
+            if sse.data == "[DONE]":
+                break
+            for choice in json.loads(sse.data).get("choices") or []:
+                text = (choice.get("delta") or {}).get("content")
+                if text:
+                    parts.append(text)
+    return len(parts)
+
+
+async def main(a: argparse.Namespace) -> None:
+    limits = httpx.Limits(max_connections=a.n + 16, max_keepalive_connections=a.n + 16)
+    async with httpx.AsyncClient(base_url=a.url, limits=limits, timeout=120) as client:
+        t0, c0 = time.perf_counter(), time.process_time()
+        tokens = sum(await asyncio.gather(*(one(client, i) for i in range(a.n))))
+        t1, c1 = time.perf_counter(), time.process_time()
+    print(json.dumps({"cpu_s": c1 - c0, "wall_s": t1 - t0, "tokens": tokens}))
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--url", required=True)
+    p.add_argument("--n", type=int, default=500)
+    p.add_argument("--event-loop", default="auto", choices=["auto", "asyncio", "uvloop"])
+    a = p.parse_args()
+    with asyncio.Runner(loop_factory=event_loop.factory(a.event_loop)) as runner:
+        runner.run(main(a))
