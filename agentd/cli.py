@@ -11,7 +11,8 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from agentd import __about__, event_loop, logs, redact
-from agentd.api.serve import HeadLimits, HttpServer
+from agentd.api.head_limits import HeadLimits
+from agentd.api.serve import HttpServer
 from agentd.db.startup import Interrupted, open_database, ready_url
 from agentd.errors import (
     AddressInUse,

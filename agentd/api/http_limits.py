@@ -21,7 +21,7 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from agentd.api.serve import HeadLimits
+from agentd.api.head_limits import HeadLimits
 
 # How long a refused connection's incoming bytes are read and dropped before it is closed
 # (reading is cheap and holds no memory; a client that sends its whole oversized head

@@ -13,33 +13,15 @@ import contextlib
 import errno
 import socket
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from starlette.types import ASGIApp
 
 from agentd.api import untraced as untraced_paths
+from agentd.api.head_limits import HeadLimits
 from agentd.errors import AddressInUse, AgentdError
 
 #: Settings.trace_excluded_paths's default, for servers started without settings.
 DEFAULT_UNTRACED = ("/healthz", "/readyz", "/metrics")
-
-
-@dataclass(frozen=True)
-class HeadLimits:
-    """Bounds on a request's head: api/http_limits.py enforces them."""
-
-    max_header_bytes: int = 32 * 1024
-    max_headers: int = 100
-    max_url_bytes: int = 8 * 1024
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> HeadLimits:
-        return cls(
-            max_header_bytes=settings.max_header_bytes,
-            max_headers=settings.max_headers,
-            max_url_bytes=settings.max_url_bytes,
-        )
 
 
 def bind(host: str, port: int, *, setting: str = "AGENTD_PORT or --port") -> socket.socket:

@@ -107,7 +107,8 @@ async def _registered(pool: Pool, *, within: float) -> None:
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     from agentd import logs
-    from agentd.api.serve import HeadLimits, HttpServer
+    from agentd.api.head_limits import HeadLimits
+    from agentd.api.serve import HttpServer
     from agentd.app import process_app
     from agentd.client import AsyncClient
     from agentd.db.listener import Listener
