@@ -4,7 +4,7 @@ Rows are written with the store's own functions, then pushed into the wanted sta
 one UPDATE per row. Times are given relative to the database clock (`lease_in=-1` is a
 lease that expired a second ago, `updated_ago=60` a row last touched a minute ago), so no
 test ever waits for time to pass. This module writes states no production path writes
-directly; it is test kit, which is why its few SQL statements live here and not in store/.
+directly; its statements are store/fixtures.py's, which nothing in production calls.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from agentd.db.pool import Connection, Record
+from agentd.db.pool import Connection
 from agentd.states import (
     TERMINAL,
     ApprovalStatus,
@@ -22,67 +22,18 @@ from agentd.states import (
     ToolCallStatus,
     TransitionReason,
 )
-from agentd.store import jobs, loops, mcp, messages, tool_calls
+from agentd.store import fixtures, jobs, loops, mcp, messages, tool_calls
 from agentd.store.models import Loop, Message, ToolCall
-
-_LOOP_COLUMNS = {
-    "status",
-    "status_reason",
-    "execution_token",
-    "lease_expires_at",
-    "lease_seconds",
-    "worker_id",
-    "turn_started_at",
-    "step_count",
-    "frozen",
-    "observed",
-    "error_message",
-    "updated_at",
-}
-_MESSAGE_COLUMNS = {"hidden", "status", "updated_at", "execution_token", "step"}
-_TOOL_CALL_COLUMNS = {
-    "status",
-    "result",
-    "is_success",
-    "executed_at",
-    "lease_token",
-    "leased_until",
-    "lease_worker_id",
-    "approval_required",
-    "approval_status",
-    "approval_deadline",
-    "response_message_id",
-    "updated_at",
-}
 
 
 async def db_now(conn: Connection) -> datetime:
-    now: datetime = await conn.fetchval("SELECT clock_timestamp()")
-    return now
+    return await fixtures.clock(conn)
 
 
 async def _at(conn: Connection, seconds: float | None) -> datetime | None:
     if seconds is None:
         return None
     return await db_now(conn) + timedelta(seconds=seconds)
-
-
-async def _force(
-    conn: Connection, table: str, allowed: set[str], key: uuid.UUID | int, values: dict[str, Any]
-) -> Record:
-    """Row `key` of `table` (one this module just wrote) with `values` forced onto it."""
-    unknown = set(values) - allowed
-    if unknown:
-        raise ValueError(f"factories cannot set {sorted(unknown)} on {table}")
-    if not values:
-        return await conn.fetchrow(f"SELECT * FROM {table} WHERE id = $1", key)
-    cols = list(values)
-    assignments = ", ".join(f"{c} = ${i + 2}" for i, c in enumerate(cols))
-    return await conn.fetchrow(
-        f"UPDATE {table} SET {assignments} WHERE id = $1 RETURNING *",
-        key,
-        *(values[c] for c in cols),
-    )
 
 
 async def loop(
@@ -108,10 +59,9 @@ async def loop(
     )
     if user_message is not None:
         await messages.insert(conn, loop_id=row.id, role="user", content=user_message)
-    forced = await _force(
+    forced = await fixtures.force(
         conn,
         "loops",
-        _LOOP_COLUMNS,
         row.id,
         {
             "status": status,
@@ -134,7 +84,7 @@ async def set_loop(conn: Connection, loop_id: uuid.UUID, **values: Any) -> Loop:
         values["updated_at"] = await _at(conn, -values.pop("updated_ago"))
     if "lease_in" in values:
         values["lease_expires_at"] = await _at(conn, values.pop("lease_in"))
-    return Loop.from_record(await _force(conn, "loops", _LOOP_COLUMNS, loop_id, values))
+    return Loop.from_record(await fixtures.force(conn, "loops", loop_id, values))
 
 
 async def shell(
@@ -150,20 +100,15 @@ async def shell(
     # Written directly: tests need shells of any generation (orphans), which the store's
     # fenced insert refuses.
     row = Message.from_record(
-        await conn.fetchrow(
-            "INSERT INTO messages (loop_id, role, content, hidden, status, step,"
-            " execution_token) VALUES ($1, 'assistant', '', true, 'processing', $2, $3)"
-            " RETURNING *",
-            loop_row.id,
-            loop_row.step_count + 1,
-            token,
+        await fixtures.shell(
+            conn, loop_id=loop_row.id, step=loop_row.step_count + 1, execution_token=token
         )
     )
     await messages.update_partial(
         conn, message_id=row.id, content=content, reasoning=None, execution_token=token
     )
-    forced = await _force(
-        conn, "messages", _MESSAGE_COLUMNS, row.id, {"updated_at": await _at(conn, -updated_ago)}
+    forced = await fixtures.force(
+        conn, "messages", row.id, {"updated_at": await _at(conn, -updated_ago)}
     )
     return Message.from_record(forced)
 
@@ -207,17 +152,10 @@ async def tool_call(
     or parked for approval (`approval_status="pending"`)."""
     if message is None:  # the turn's assistant message, shared by its calls
         step = max(loop_row.step_count, 1)
-        found = await conn.fetchrow(
-            "SELECT * FROM messages WHERE loop_id = $1 AND role = 'assistant' AND step = $2 "
-            "AND NOT hidden",
-            loop_row.id,
-            step,
-        )
+        found = await fixtures.visible_assistant(conn, loop_id=loop_row.id, step=step)
         message = Message.from_record(found) if found else await assistant(conn, loop_row)
     if position is None:
-        position = int(
-            await conn.fetchval("SELECT count(*) FROM tool_calls WHERE message_id = $1", message.id)
-        )
+        position = await fixtures.tool_call_count(conn, message_id=message.id)
     (row,) = await tool_calls.insert_many(
         conn,
         loop_id=loop_row.id,
@@ -255,9 +193,7 @@ async def tool_call(
             if approval_status == ApprovalStatus.PENDING
             else values["status"],
         )
-    forced = ToolCall.from_record(
-        await _force(conn, "tool_calls", _TOOL_CALL_COLUMNS, row.id, values)
-    )
+    forced = ToolCall.from_record(await fixtures.force(conn, "tool_calls", row.id, values))
     if responded:
         msg = await messages.insert_tool_result(
             conn,
@@ -268,20 +204,18 @@ async def tool_call(
         )
         assert msg is not None
         forced = ToolCall.from_record(
-            await _force(
+            await fixtures.force(
                 conn,
                 "tool_calls",
-                _TOOL_CALL_COLUMNS,
                 row.id,
                 {"response_message_id": msg.id, "lease_token": None, "leased_until": None},
             )
         )
     if updated_ago:
         forced = ToolCall.from_record(
-            await _force(
+            await fixtures.force(
                 conn,
                 "tool_calls",
-                _TOOL_CALL_COLUMNS,
                 row.id,
                 {"updated_at": await _at(conn, -updated_ago)},
             )
@@ -318,24 +252,14 @@ async def worker(
 ) -> uuid.UUID:
     """A worker registry row. `dead=True`: its heartbeat backend does not exist."""
     worker_id = uuid.uuid4()
-    if dead:
-        await conn.execute(
-            "INSERT INTO workers (id, hostname, pid, queues, backend_pid, backend_start, "
-            "heartbeat_at) VALUES ($1, 'gone', 1, $2, 0, now(), now())",
-            worker_id,
-            queues or ["llm", "tool"],
-        )
-    else:
-        # This connection's backend stands in for the worker's heartbeat connection.
-        await conn.execute(
-            "INSERT INTO workers (id, hostname, pid, queues, backend_pid, backend_start, "
-            "heartbeat_at) SELECT $1, 'here', 1, $2, pg_backend_pid(), a.backend_start, "
-            "clock_timestamp() - make_interval(secs => $3) "
-            "FROM pg_stat_activity a WHERE a.pid = pg_backend_pid()",
-            worker_id,
-            queues or ["llm", "tool"],
-            heartbeat_ago,
-        )
+    # Alive: this connection's backend stands in for the worker's heartbeat connection.
+    await fixtures.worker(
+        conn,
+        worker_id=worker_id,
+        queues=queues or ["llm", "tool"],
+        dead=dead,
+        heartbeat_ago=heartbeat_ago,
+    )
     return worker_id
 
 
@@ -351,14 +275,7 @@ async def mcp_tools(
         transport_kind="local",
         metadata={},
     )
-    await conn.execute(
-        "INSERT INTO mcp_tools (loop_id, mcp_session_id, name, remote_name, requires_approval) "
-        "SELECT $1, $2, n, n, a FROM unnest($3::text[], $4::bool[]) AS x(n, a)",
-        loop_id,
-        session,
-        list(names),
-        list(names.values()),
-    )
+    await fixtures.mcp_tools(conn, loop_id=loop_id, session_id=session, names=names)
 
 
 async def finalize_answer(
