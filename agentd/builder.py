@@ -38,6 +38,10 @@ class Builder(Generic[C]):
     def classes(self) -> list[type]:
         return [s.cls for s in self._specs]
 
+    @property
+    def specs(self) -> tuple[Spec, ...]:
+        return tuple(self._specs)
+
     def _index(self, target: type) -> int:
         for i, spec in enumerate(self._specs):
             if spec.cls is target:

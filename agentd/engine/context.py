@@ -3,6 +3,10 @@
 Public (`agentd.TurnContext`, `agentd.ToolContext`): a plugin's middleware reads and writes
 them. Importing this module stays cheap (`import agentd` loads it): the runtime and the row
 types are only named, and the methods that touch the database import it when called.
+
+agentd's own middlewares hand each other data through the typed fields below, never
+through `metadata`: that dict belongs to the host's middlewares (the reference's
+`context.metadata`), and agentd neither reads nor writes it.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from agentd import logs
 from agentd.agent import Agent, LoopView
 from agentd.errors import FenceLost
 from agentd.llm.types import LLMRequest, LLMResponse, Message, ToolSpec
-from agentd.states import LoopStatus, TransitionReason
+from agentd.states import LoopStatus, ToolCallOutcome, TransitionReason, TurnOutcome
 
 if TYPE_CHECKING:
     from agentd.engine.chaining import Chain
@@ -24,6 +28,7 @@ if TYPE_CHECKING:
     from agentd.store.mcp import Discovered
     from agentd.store.models import Loop, McpToolRow, NewEvent, ToolCall
     from agentd.store.models import Message as MessageRow
+    from agentd.store.tool_calls import Checkpoint
 
 
 @dataclass
@@ -43,7 +48,16 @@ class TurnContext:
     events: list[NewEvent] = field(default_factory=list)
     events_flushed: bool = False
     finished: bool = False  # a finalizer (or host middleware) committed the turn
+    # For the host's own middlewares to pass data between them; agentd never touches it.
     metadata: dict[str, Any] = field(default_factory=dict)
+    # How the turn ended, for its metrics and span (engine/scopes.py); the first noted wins
+    # (Telemetry.turn_outcome). None: the scope derives it from the response or exception.
+    outcome: TurnOutcome | None = None
+    # The class of the error a handler caught and settled (the span's `error.type`).
+    error_type: str | None = None
+    # The agent's MCP servers' timeouts (ToolDiscovery): the tool calls this turn leases
+    # get a lease that outlasts the slowest (Runtime.tool_lease_seconds).
+    mcp_timeouts: list[float] = field(default_factory=list)
     # The claim's prefetch (store.jobs.TurnPrefetch): the messages, tool calls and MCP
     # tools/sessions this turn reads; None when the turn was not started by a claim.
     prefetch: TurnPrefetch | None = None
@@ -159,7 +173,20 @@ class ToolContext:
     skip: tuple[str, bool] | None = None
     events: list[NewEvent] = field(default_factory=list)
     held: bool = False  # a middleware holds the step (approval); nothing downstream ran
+    # For the host's own middlewares to pass data between them; agentd never touches it.
     metadata: dict[str, Any] = field(default_factory=dict)
+    # How the call ended, for its metrics and span (engine/scopes.py); the first noted
+    # wins (Telemetry.tool_call_outcome). None: the scope derives it.
+    outcome: ToolCallOutcome | None = None
+    # What failed (the span's `error.type`), set by the path that knew; None: nothing did.
+    error_type: str | None = None
+    # The result ToolExecution folded into ResponseCreation's statement instead of
+    # checkpointing it alone; None once that statement committed it (or when not folded).
+    checkpoint: Checkpoint | None = None
+    # The call was checkpointed by an earlier delivery; its result is replayed, not re-run.
+    replayed: bool = False
+    # A finalizer wrote ctx.events; EventLogging has nothing left to write.
+    events_flushed: bool = False
     # (loop, tool) as the claim read them; AgentInitialization then queries nothing.
     prefetched: tuple[Loop, McpToolRow | None] | None = None
     # The worker's offer of an LLM slot for the next turn this call's finish claims.

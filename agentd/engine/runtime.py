@@ -1,19 +1,23 @@
 """What a running engine shares with its pipelines: settings, pool, registry, clients, and
-the process's state (known secrets, wire-log hints, background hand-backs), owned here."""
+the process's state (known secrets, wire-log hints, background hand-backs), owned here.
+
+Built complete by whoever assembles the process (engine/service.py) and frozen: no part
+of it is set after construction.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import socket
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agentd import redact
 from agentd.db.pool import Pool
 from agentd.engine.finish_batch import FinishBatch
 from agentd.engine.wire_hints import WireHints
+from agentd.engine.wakes import Wakes
 from agentd.observability.metrics import Telemetry
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
@@ -26,7 +30,7 @@ if TYPE_CHECKING:
     from agentd.llm.client import LLMClient
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Runtime:
     settings: Settings
     pool: Pool
@@ -35,13 +39,14 @@ class Runtime:
     worker_id: uuid.UUID = field(default_factory=uuid.uuid4)
     hostname: str = field(default_factory=socket.gethostname)
     consumes: frozenset[str] = frozenset()
+    # The process's one heartbeat and its stream flusher; None where no engine runs them
+    # (tests that drive a pipeline directly).
     renewer: LeaseRenewer | None = None
     flusher: StreamFlusher | None = None
     # One HTTP client for every MCP server call of this process (pooled connections).
     mcp_http: httpx.AsyncClient | None = None
-    # Called after a commit that enqueued work on a queue this process consumes, so the
-    # successor is claimed at once without a NOTIFY (which would serialize commits).
-    wake_local: Callable[[str], None] = field(default=lambda queue: None)
+    # The worker's claim loops wait on these (engine/wakes.py).
+    wakes: Wakes = field(default_factory=Wakes)
     # Metrics shared with this process's /metrics (the API's, or the worker's probe port).
     telemetry: Telemetry = field(default_factory=Telemetry)
     # The secrets this process masks (its owner installs them for the tasks it runs).
@@ -50,15 +55,17 @@ class Runtime:
     wire_hints: WireHints = field(default_factory=WireHints)
     # Background statements handing leases back (engine/dispatch.py): held until done.
     handing_back: set[asyncio.Task[None]] = field(default_factory=set)
-    extras: dict[str, Any] = field(default_factory=dict)
-    _finishes: FinishBatch | None = field(default=None, init=False, repr=False)
+    # The process's group commit for the ends of tool calls (engine/finish_batch.py).
+    finishes: FinishBatch = field(init=False, repr=False)
 
-    @property
-    def finishes(self) -> FinishBatch:
-        """The process's group commit for the ends of tool calls (engine/finish_batch.py)."""
-        if self._finishes is None:
-            self._finishes = FinishBatch(self.pool)
-        return self._finishes
+    def __post_init__(self) -> None:
+        # Derived from the pool, at construction (frozen: hence object.__setattr__).
+        object.__setattr__(self, "finishes", FinishBatch(self.pool))
+
+    def wake_local(self, queue: str) -> None:
+        """After a commit that enqueued work on `queue`, which this process consumes: the
+        worker claims the successor at once, without a NOTIFY (which serializes commits)."""
+        self.wakes.wake(queue)
 
     def tool_lease_seconds(self, mcp_timeouts: list[float] | None = None) -> float:
         """A tool lease: the slowest configured MCP timeout or the tool ceiling, plus margin."""

@@ -34,10 +34,10 @@ def _outcome_on_exit(
 ) -> str:
     # CANCELLED and FAILED are the same words in both vocabularies.
     if isinstance(exc, asyncio.CancelledError):
-        return ctx.metadata.get("outcome") or TurnOutcome.CANCELLED
+        return ctx.outcome or TurnOutcome.CANCELLED
     if exc is not None:
-        return ctx.metadata.get("outcome") or TurnOutcome.FAILED
-    return ctx.metadata.get("outcome") or fallback
+        return ctx.outcome or TurnOutcome.FAILED
+    return ctx.outcome or fallback
 
 
 @contextlib.contextmanager
@@ -122,15 +122,15 @@ def _annotate_turn(
         if resp.ttft is not None:
             span.set_attribute("agentd.ttft_seconds", resp.ttft)
     if outcome in (TurnOutcome.FAILED, TurnOutcome.PAUSED, TurnOutcome.DB_UNAVAILABLE):
-        tracing.fail(span, _error_type(ctx.metadata, exc, outcome))
+        tracing.fail(span, _error_type(ctx.error_type, exc, outcome))
 
 
-def _error_type(metadata: dict[str, Any], exc: BaseException | None, outcome: str) -> str:
+def _error_type(noted: str | None, exc: BaseException | None, outcome: str) -> str:
     """A failed span's `error.type`: the exception's class, whether it escaped or an error
-    handler caught it and said so (`metadata["error_type"]`), else the outcome."""
+    handler caught it and said so (`ctx.error_type`), else the outcome."""
     if exc is not None:
         return type(exc).__name__
-    return str(metadata.get("error_type") or outcome)
+    return noted or outcome
 
 
 @contextlib.contextmanager
@@ -185,6 +185,6 @@ def tool_call(
                         ToolCallOutcome.FAILED,
                         ToolCallOutcome.DB_UNAVAILABLE,
                     ):
-                        tracing.fail(span, _error_type(ctx.metadata, exc, outcome))
+                        tracing.fail(span, _error_type(ctx.error_type, exc, outcome))
             finally:
                 structlog.contextvars.reset_contextvars(**tokens)

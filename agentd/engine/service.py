@@ -11,6 +11,8 @@ pipeline stacks to run).
 from __future__ import annotations
 
 import asyncio
+import socket
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -27,6 +29,7 @@ from agentd.engine.runtime import Runtime
 from agentd.engine.scheduler import Scheduler
 from agentd.engine.stacks import StackSource
 from agentd.engine.stream_flusher import StreamFlusher
+from agentd.engine.wakes import Wakes
 from agentd.engine.webhooks import WebhookDeliverer
 from agentd.engine.worker import Worker
 from agentd.llm.http_pool import pooled_client
@@ -77,32 +80,35 @@ class Engine:
             default_read_timeout=self.settings.default_read_timeout,
             default_idle_timeout=self.settings.default_idle_timeout,
         )
+        worker_id, hostname = uuid.uuid4(), socket.gethostname()
+        self.flusher = StreamFlusher(
+            self.pool, self.settings.stream_flush_interval, secrets=self.secrets
+        )
+        self.renewer = LeaseRenewer(
+            self.settings,
+            self.url,
+            worker_id=worker_id,
+            hostname=hostname,
+            queues=self.queues,
+            agent_versions=self.registry.version_ids(),
+        )
         self.runtime = Runtime(
             settings=self.settings,
             pool=self.pool,
             registry=self.registry,
             llm=self.llm_client,
+            worker_id=worker_id,
+            hostname=hostname,
             consumes=frozenset(self.queues),
-            telemetry=self.telemetry,
             secrets=self.secrets,
+            renewer=self.renewer,
+            flusher=self.flusher,
             # Per-request timeouts come from each server's entry (asyncio.timeout).
             mcp_http=pooled_client(max_connections=500, max_keepalive=100, timeout=None),
+            wakes=Wakes(),
+            telemetry=self.telemetry,
         )
-        self.flusher = StreamFlusher(
-            self.pool, self.settings.stream_flush_interval, secrets=self.secrets
-        )
-        self.runtime.flusher = self.flusher
-        self.renewer = LeaseRenewer(
-            self.settings,
-            self.url,
-            worker_id=self.runtime.worker_id,
-            hostname=self.runtime.hostname,
-            queues=self.queues,
-            agent_versions=self.registry.version_ids(),
-        )
-        self.runtime.renewer = self.renewer
         self.worker = Worker(self.runtime, self.queues, self.stacks)
-        self.runtime.wake_local = self.worker.wake
         self.listener = Listener(
             self.url,
             ["agentd_jobs", "agentd_control"],

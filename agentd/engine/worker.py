@@ -51,10 +51,10 @@ class Worker:
         s = runtime.settings
         self.limits = {"llm": s.llm_concurrency, "tool": s.tool_concurrency}
         self.busy = {"llm": 0, "tool": 0}
-        self.wakes = {q: asyncio.Event() for q in ("llm", "tool")}
+        self.wakes = runtime.wakes.events  # shared with Runtime.wake_local (engine/wakes.py)
         # The queue's last claim found nothing and no wake came since: a freed slot then
         # has nothing to claim, so it does not poll (new work arrives with a wake).
-        self.drained = {"llm": False, "tool": False}
+        self.drained = runtime.wakes.drained
         self.tasks: dict[asyncio.Task[None], dict[str, Any]] = {}
         self.turn_done = Signal()
         self.tool_done = Signal()

@@ -25,21 +25,23 @@ if TYPE_CHECKING:
 
 # A pipeline context (agentd.engine.context), as far as metrics read it: the engine holds
 # a Telemetry, so this module names what it reads instead of importing the contexts.
-class Noted(Protocol):
-    """A turn's or tool call's context: its outcome is noted in `metadata`."""
+class TurnNoted(Protocol):
+    """A turn's context: the outcome noted on it, its request (None before one is built)
+    and its agent."""
 
-    @property
-    def metadata(self) -> dict[str, Any]: ...
-
-
-class TurnNoted(Noted, Protocol):
-    """A turn's context: its request (None before one is built) and its agent."""
+    outcome: TurnOutcome | None
 
     @property
     def request(self) -> LLMRequest | None: ...
 
     @property
     def agent(self) -> object: ...
+
+
+class ToolNoted(Protocol):
+    """A tool call's context: the outcome noted on it."""
+
+    outcome: ToolCallOutcome | None
 
 
 # Outcome labels are agentd.states.TurnOutcome and ToolCallOutcome (bounded by those enums).
@@ -157,11 +159,13 @@ class Telemetry:
 
     # --- pipelines note outcomes (first one wins); the worker's scope records them -------
 
-    def turn_outcome(self, ctx: Noted, outcome: TurnOutcome) -> None:
-        ctx.metadata.setdefault("outcome", outcome)
+    def turn_outcome(self, ctx: TurnNoted, outcome: TurnOutcome) -> None:
+        if ctx.outcome is None:
+            ctx.outcome = outcome
 
-    def tool_call_outcome(self, ctx: Noted, outcome: ToolCallOutcome) -> None:
-        ctx.metadata.setdefault("outcome", outcome)
+    def tool_call_outcome(self, ctx: ToolNoted, outcome: ToolCallOutcome) -> None:
+        if ctx.outcome is None:
+            ctx.outcome = outcome
 
     def mcp_client_error(self, *, server: str, code: int) -> None:
         self.mcp_client_errors.labels(server=server, code=str(code)).inc()

@@ -13,7 +13,13 @@ from agentd.pipeline.llm.network_calling import NetworkCalling
 from agentd.pipeline.llm.response_parsing import ResponseParsing
 from agentd.pipeline.llm.tool_call_xml_parser import ToolCallXmlParser
 from agentd.pipeline.llm.tool_discovery import ToolDiscovery
-from agentd.pipeline.stacks import Stacks, default_llm_builder, default_tool_builder
+from agentd.pipeline.stacks import (
+    StackFacts,
+    Stacks,
+    build,
+    default_llm_builder,
+    default_tool_builder,
+)
 from agentd.pipeline.tool import agent_initialization as tinit
 from agentd.pipeline.tool import error_handling as terr
 from agentd.pipeline.tool import event_logging as tlog
@@ -102,3 +108,37 @@ def test_per_agent_edits_do_not_leak_and_global_config_applies_once() -> None:
     assert ToolCallXmlParser in with_xml and ToolCallXmlParser not in plain
     assert with_xml == again and with_xml.count(A) == 1 and calls == [1]
     assert stacks.llm(XmlAgent) is stacks.llm(XmlAgent)
+
+
+def _find(app: object, cls: type) -> object:
+    while type(app) is not cls:
+        app = app.app  # type: ignore[attr-defined]
+    return app
+
+
+def test_stock_stacks_tell_execution_and_discovery_what_follows_them() -> None:
+    tool = build(default_tool_builder())
+    llm = build(default_llm_builder())
+    assert _find(tool, ToolExecution).response_next  # type: ignore[attr-defined]
+    assert _find(llm, ToolDiscovery).defers_record  # type: ignore[attr-defined]
+
+
+def test_a_middleware_between_execution_and_response_gets_its_own_checkpoint() -> None:
+    between = default_tool_builder().insert_after(ToolExecution, A)
+    assert not _find(build(between), ToolExecution).response_next  # type: ignore[attr-defined]
+    # A subclass of ResponseCreation may not record a folded checkpoint: only the stock one.
+    sub = default_tool_builder().replace(ResponseCreation, type("R", (ResponseCreation,), {}))
+    assert StackFacts.of(sub.classes) == StackFacts(response_next=False, defers_record=False)
+
+
+def test_discovery_defers_its_record_only_to_a_response_parsing_below_it() -> None:
+    xml = default_llm_builder().insert_before(ResponseParsing, ToolCallXmlParser)
+    assert StackFacts.of(xml.classes).defers_record  # whatever runs in between
+    moved = default_llm_builder().delete(ResponseParsing).insert_before(ToolDiscovery, A)
+    assert not _find(build(moved), ToolDiscovery).defers_record  # type: ignore[attr-defined]
+
+
+def test_the_stack_decides_over_a_flag_given_in_the_spec() -> None:
+    b = default_tool_builder().replace(ToolExecution, ToolExecution, response_next=True)
+    b.insert_after(ToolExecution, A)
+    assert not _find(build(b), ToolExecution).response_next  # type: ignore[attr-defined]

@@ -112,7 +112,7 @@ class ErrorHandling:
         message: str,
         exc: BaseException,
     ) -> None:
-        ctx.metadata["error_type"] = type(exc).__name__  # the turn span's error.type
+        ctx.error_type = type(exc).__name__  # the turn span's error.type
         wire = llm_events(
             getattr(exc, "exchanges", None) or [], loop_id=ctx.loop.id, hints=ctx.runtime.wire_hints
         )

@@ -174,7 +174,7 @@ class ResponseParsing:
                 },
                 calls=rows,
                 sequential=sequential,
-                tool_lease_seconds=runtime.tool_lease_seconds(ctx.metadata.get("mcp_timeouts")),
+                tool_lease_seconds=runtime.tool_lease_seconds(ctx.mcp_timeouts),
                 notify_tool="tool" not in runtime.consumes,
                 turn_events=[*ctx.events, turn_event, *([ended] if ended else [])],
                 attach=[False] * len(ctx.events) + [True] + ([False] if ended else []),

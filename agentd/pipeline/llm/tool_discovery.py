@@ -3,9 +3,9 @@
 Position: before NetworkCalling. Reads: ctx.agent. Writes: mcp_sessions, mcp_tools (fenced
 by the turn's token), ctx.tools, ctx.tool_specs; during an MCP outage, the turn's deferral
 (fenced) and a `turn.deferred` event. Finalizer: no. When every server's session is shared
-by the process (`session = "process"`) and the stack finalizes with ResponseParsing, the
-rows are left in ctx.unrecorded for the finalize to write with the turn (no statement
-here).
+by the process (`session = "process"`) and the stack finalizes with ResponseParsing (the
+stack builder decides it once, `defers_record`, pipeline/stacks.py), the rows are left in
+ctx.unrecorded for the finalize to write with the turn (no statement here).
 Discovery runs on a loop's first turn (with refresh_mcp_tools), when the loop has no
 sessions yet, when the set of server names changed, or when the tools were listed under
 another agent version than the loop's (an upgrade may rename prefixes or whitelists: each
@@ -183,29 +183,17 @@ def _listed_under_other_version(
     return bool(seen - {None, version})
 
 
-def _ends_in_response_parsing(app: Any) -> bool:
-    """Whether the stack below finalizes with ResponseParsing (or a subclass), which
-    records a discovery left in ctx.unrecorded with the turn."""
-    from agentd.pipeline.llm.response_parsing import ResponseParsing
-
-    seen: set[int] = set()
-    while app is not None and id(app) not in seen:
-        if isinstance(app, ResponseParsing):
-            return True
-        seen.add(id(app))
-        app = getattr(app, "app", None)
-    return False
-
-
 class ToolDiscovery:
-    def __init__(self, app: Handler[TurnContext]) -> None:
+    def __init__(self, app: Handler[TurnContext], *, defers_record: bool = False) -> None:
         self.app = app
-        self.defers_record = _ends_in_response_parsing(app)
+        # ResponseParsing (or a subclass) finalizes further down the stack, and records a
+        # discovery left in ctx.unrecorded with the turn (the stack builder says so).
+        self.defers_record = defers_record
 
     async def __call__(self, ctx: TurnContext) -> None:
         assert ctx.agent is not None
         configs = await agent_mcp_configs(ctx.agent)
-        ctx.metadata["mcp_timeouts"] = [c.timeout for c in configs]
+        ctx.mcp_timeouts = [c.timeout for c in configs]
         if configs:
             # Every session the process's: the rows describe the tools, no session of the
             # loop's own, so they may wait for the finalize and be held for the next turn.

@@ -2,23 +2,22 @@
 
 Position: before ToolExecution. A call needs approval when its tool was declared with
 `requires_approval` or its advertised name is in the agent's `approval_required`.
-Undecided: parks the call (no lease, no worker held) and sets the loop `waiting`, then
-returns WITHOUT calling downstream (it holds the step). Approved: continues. Denied or
-expired: `skip_execution` with a rejection the model sees. Finalizer: no.
+Undecided: parks the call (no lease, no worker held) and sets the loop `waiting`
+(pipeline/tool/waiting.py, as an MCP input request parks it), then returns WITHOUT calling
+downstream (it holds the step). Approved: continues. Denied or expired: `skip_execution`
+with a rejection the model sees. Finalizer: no.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from agentd.db.pool import transaction
 from agentd.engine.context import ToolContext
-from agentd.errors import FenceLost
 from agentd.mcp import tool_names
 from agentd.pipeline.builder import Handler
-from agentd.states import ApprovalStatus, LoopStatus, TransitionReason
-from agentd.store import events, loops, tool_calls
-from agentd.store.models import NewEvent
+from agentd.pipeline.tool import waiting
+from agentd.states import ApprovalStatus, ToolCallOutcome, TransitionReason
+from agentd.store import tool_calls
 
 
 class ApprovalGate:
@@ -59,49 +58,12 @@ class ApprovalGate:
             if agent.approval_timeout
             else None
         )
-        async with transaction(ctx.runtime.pool) as conn:
-            loop = await loops.get_for_update(conn, loop_id=tc.loop_id)
-            if (
-                loop is None
-                or loop.execution_token != ctx.generation
-                or loop.status not in (LoopStatus.RUNNING, LoopStatus.WAITING)
-            ):
-                raise FenceLost()
-            parked = await tool_calls.park(
+        await waiting.park(
+            ctx,
+            lambda conn: tool_calls.park(
                 conn, tool_call_id=tc.id, lease_token=ctx.lease_token, deadline=deadline
-            )
-            if parked is None:
-                raise FenceLost()
-            if loop.status != LoopStatus.WAITING:
-                await loops.fenced_transition(
-                    conn,
-                    loop_id=loop.id,
-                    execution_token=ctx.generation,
-                    from_statuses=[LoopStatus.RUNNING],
-                    status=LoopStatus.WAITING,
-                    reason=TransitionReason.AWAITING_APPROVAL,
-                    new_token=ctx.generation,
-                )
-            await events.insert_many(
-                conn,
-                [
-                    *ctx.events,
-                    NewEvent(
-                        name="tool_call.awaiting_approval",
-                        loop_id=tc.loop_id,
-                        tool_call_id=tc.id,
-                        reason=TransitionReason.AWAITING_APPROVAL,
-                    ),
-                ],
-            )
-            await events.publish(
-                conn,
-                {
-                    "type": "status",
-                    "loop_id": str(tc.loop_id),
-                    "status": LoopStatus.WAITING,
-                    "tool_call_id": tc.id,
-                },
-            )
-        ctx.events = []
-        ctx.held = True
+            ),
+            event="tool_call.awaiting_approval",
+            reason=TransitionReason.AWAITING_APPROVAL,
+            outcome=ToolCallOutcome.AWAITING_APPROVAL,
+        )

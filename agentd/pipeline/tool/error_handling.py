@@ -67,7 +67,7 @@ class ErrorHandling:
                 exc_info=unexpected,
             )
             text = f"tool call {tc.name} (#{tc.id}) failed: {message}"
-            ctx.metadata["error_type"] = type(exc).__name__  # the span's error.type
+            ctx.error_type = type(exc).__name__  # the span's error.type
             async with transaction(ctx.runtime.pool) as conn:
                 row = await loops.fenced_transition(
                     conn,

@@ -18,7 +18,7 @@ class EventLogging:
 
     async def __call__(self, ctx: ToolContext) -> None:
         await self.app(ctx)
-        if ctx.events and not ctx.metadata.get("events_flushed"):
+        if ctx.events and not ctx.events_flushed:
             pending, ctx.events = ctx.events, []
             async with transaction(ctx.runtime.pool) as conn:
                 await events.insert_many(conn, pending)

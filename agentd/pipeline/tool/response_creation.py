@@ -4,8 +4,8 @@ Position: last. In ONE round trip and one commit (store/sql/tool_calls.sql
 `tool_call_finish`, the function of sql/functions/tool_call_finish.sql; shared with the
 ends of other tool calls that arrive while one is being written, engine/finish_batch.py),
 under the loop's row lock and fenced by the generation and the call's lease token: records
-the result ToolExecution handed over (ctx.metadata["checkpoint"], when it folded its checkpoint into
-this statement), inserts the `tool` message, marks the call responded, then sequential:
+the result ToolExecution handed over (ctx.checkpoint, when it folded its checkpoint into this
+statement), inserts the `tool` message, marks the call responded, then sequential:
 enqueues the next unresolved call in model order; and in both modes the completion gate —
 the job that records the last result enqueues the next LLM turn, so N parallel calls queue
 it exactly once (the siblings are read after the lock is taken, never from an older
@@ -39,7 +39,7 @@ class ResponseCreation:
         agent = ctx.agent
         assert agent is not None
         woke: list[str] = []
-        cp: tool_calls.Checkpoint | None = ctx.metadata.get("checkpoint")
+        cp = ctx.checkpoint
         # Chaining: with an LLM slot lent by the worker (ctx.chain), the result that resolves
         # the turn's last call claims the loop's next turn for this worker in the same
         # statement; the worker runs it, from ctx.chain.leased, once the stack has returned.
@@ -58,7 +58,7 @@ class ResponseCreation:
         if chain is not None:
             chain.leased = LeasedWork(turn=done.chained, prefetch=done.prefetch)
         if cp is not None:  # the folded checkpoint committed with the response
-            ctx.metadata.pop("checkpoint", None)
+            ctx.checkpoint = None
             ctx.tool_call = tc.replace(executed_at=done.executed_at)
             runtime.telemetry.tool_call_outcome(
                 ctx, ToolCallOutcome.COMPLETED if cp.is_success else ToolCallOutcome.ERROR
@@ -68,7 +68,7 @@ class ResponseCreation:
         if done.llm_jobs:
             woke.append("llm")
         ctx.events = []
-        ctx.metadata["events_flushed"] = True
+        ctx.events_flushed = True
         dispatch.wake(runtime, *woke)
         await self.app(ctx)
 
@@ -102,7 +102,7 @@ class ResponseCreation:
                     name="tool_call.completed",
                     loop_id=tc.loop_id,
                     tool_call_id=tc.id,
-                    reason="replayed" if ctx.metadata.get("replayed") else None,
+                    reason="replayed" if ctx.replayed else None,
                     log=f"is_success={tc.is_success}",
                 ),
             ],

@@ -2,8 +2,9 @@
 
 Position: after ApprovalGate, before ResponseCreation. Writes: the `executed_at`
 checkpoint with the result, fenced by this call's lease token (zero rows: FenceLost). When
-ResponseCreation is next, the checkpoint is folded into its one statement instead
-(ctx.metadata["checkpoint"]): result and response commit together. With a middleware in
+the stack builder found the stock ResponseCreation right after it (`response_next`, decided
+once per stack, pipeline/stacks.py), the checkpoint is folded into that one statement
+instead (ctx.checkpoint): result and response commit together. With a middleware in
 between, or a recovered MCP session id to store, the checkpoint commits first, on its own.
 A call already checkpointed is replayed, never re-invoked (invariant 4). A result over
 `max_tool_result_bytes` is cut, with a marker saying so, before it is stored. Invalid
@@ -34,26 +35,27 @@ from agentd.mcp.port import CallContext, idempotency_key
 from agentd.mcp.records import ToolOutcome
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.tool import waiting
-from agentd.pipeline.tool.response_creation import ResponseCreation
 from agentd.pipeline.wire import mcp_events
 from agentd.states import InputStatus, ToolCallOutcome, ToolCallStatus
 from agentd.store import mcp, tool_calls
 
-#: ctx.metadata key: the class of a failed call's error, for its span's `error.type`.
-ERROR_TYPE = "error_type"
+#: ctx.error_type of an isError result of the tool itself (MCP conventions).
 TOOL_ERROR = "tool_error"
 
 
 class ToolExecution:
-    def __init__(self, app: Handler[ToolContext]) -> None:
+    def __init__(self, app: Handler[ToolContext], *, response_next: bool = False) -> None:
         self.app = app
+        # The stock ResponseCreation runs right after this middleware (the stack builder
+        # says so): nothing in between may observe, or crash after, a checkpoint.
+        self.response_next = response_next
 
     async def __call__(self, ctx: ToolContext) -> None:
         tc = ctx.tool_call
         if tc.executed_at is not None:
-            ctx.metadata["replayed"] = True
+            ctx.replayed = True
             if not tc.is_success:
-                ctx.metadata.setdefault(ERROR_TYPE, TOOL_ERROR)
+                ctx.error_type = ctx.error_type or TOOL_ERROR
             ctx.runtime.telemetry.tool_call_outcome(
                 ctx, ToolCallOutcome.COMPLETED if tc.is_success else ToolCallOutcome.ERROR
             )
@@ -65,9 +67,9 @@ class ToolExecution:
         new_session: str | None = None
         if ctx.skip is not None:
             result, ok = ctx.skip
-            ctx.metadata[ERROR_TYPE] = "skipped"
+            ctx.error_type = "skipped"
         elif tc.arguments is None:
-            ctx.metadata[ERROR_TYPE] = "ToolArgumentsInvalid"
+            ctx.error_type = "ToolArgumentsInvalid"
             result, ok = (
                 (
                     f"Invalid arguments for {tc.name}: expected a JSON object, got "
@@ -76,7 +78,7 @@ class ToolExecution:
                 False,
             )
         elif ctx.tool is None:
-            ctx.metadata[ERROR_TYPE] = "UnknownTool"
+            ctx.error_type = "UnknownTool"
             result, ok = (f"Unknown tool {tc.name!r}: no such tool is available to you."), False
         else:
             invoked = await self._invoke(ctx)
@@ -89,15 +91,15 @@ class ToolExecution:
             error = result
             # The span's error.type (engine.scopes): what failed, set by the path that knew;
             # an isError result of the tool itself is `tool_error` (MCP conventions).
-            ctx.metadata.setdefault(ERROR_TYPE, TOOL_ERROR)
+            ctx.error_type = ctx.error_type or TOOL_ERROR
         else:
-            ctx.metadata.pop(ERROR_TYPE, None)
+            ctx.error_type = None
         duration = time.monotonic() - started
-        if new_session is None and type(self.app) is ResponseCreation:
+        if new_session is None and self.response_next:
             # Nothing runs between here and the (stock) response: record the result in the same
             # statement as the response (one round trip). Any middleware in between (which
             # may observe, or crash after, the checkpoint) gets the separate checkpoint.
-            ctx.metadata["checkpoint"] = tool_calls.Checkpoint(
+            ctx.checkpoint = tool_calls.Checkpoint(
                 result=result,
                 structured=structured,
                 is_success=ok,
@@ -147,7 +149,7 @@ class ToolExecution:
         configs = {c.name: c for c in await agent_mcp_configs(agent)}
         config = configs.get(tool.mcp_name)
         if config is None:
-            ctx.metadata[ERROR_TYPE] = "UnknownTool"
+            ctx.error_type = "UnknownTool"
             return (
                 (
                     f"Tool {tc.name} is no longer available (MCP server {tool.mcp_name!r} "
@@ -188,10 +190,10 @@ class ToolExecution:
                 if outcome.input_required is not None or outcome.task is not None:
                     return await self._wait(ctx, client, context, outcome)
         except TimeoutError:
-            ctx.metadata[ERROR_TYPE] = "ToolTimeout"
+            ctx.error_type = "ToolTimeout"
             return f"Tool {tc.name} timed out after {limit:g}s.", False, None, None
         except (McpError, ToolError) as exc:
-            ctx.metadata[ERROR_TYPE] = type(exc).__name__
+            ctx.error_type = type(exc).__name__
             ctx.events.extend(
                 mcp_events(
                     getattr(exc, "exchanges", []) or [], loop_id=tc.loop_id, tool_call_id=tc.id

@@ -1,20 +1,24 @@
-"""Waiting on the world: the two ways ToolExecution lets go of a call without a result.
+"""Waiting: the ways a tool call is let go without a result, and the one way to park it.
 
+- `park`: the call waits for a person. The call is parked (no lease, no job, no worker)
+  and the loop set `waiting`; the decision or answer (engine/lifecycle.py) re-enqueues it.
+  Its two uses: ApprovalGate (the call needs a person's approval) and `park_for_input`.
 - `park_for_input`: a 2026-07-28 MCP server answered `tools/call` with an
-  InputRequiredResult. The request is stored on the call, the call is parked (no lease,
-  no job, no worker) and the loop set `waiting`, exactly as ApprovalGate parks; a person
-  answers through `Lifecycle.answer_input`, which re-enqueues the call, and the retry
-  carries the answers.
+  InputRequiredResult. The request is stored on the parked call, and the retry after a
+  person's answer carries the answers.
 - `schedule_task_poll`: the server runs the call as an MCP task. The task is stored on
   the call, the lease dropped, and the next poll enqueued for later in the same statement,
   so the call's lease only ever covers one poll.
 
-Both write the job's pending events in their transaction, fenced by the loop's generation
-(loop row first, the engine's lock order) and by this call's lease token.
+Each writes the job's pending events in its transaction, fenced by the loop's generation
+(loop row first, the engine's lock order) and by this call's lease token, then holds the
+step (`ctx.held`: nothing downstream runs).
+Called by: pipeline/tool/approval_gate.py, pipeline/tool/tool_execution.py.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentd.db.pool import Connection, transaction
@@ -22,7 +26,7 @@ from agentd.engine.context import ToolContext
 from agentd.errors import FenceLost
 from agentd.states import LoopStatus, ToolCallOutcome, TransitionReason
 from agentd.store import events, loops, tool_calls
-from agentd.store.models import Loop, NewEvent
+from agentd.store.models import Loop, NewEvent, ToolCall
 
 
 async def _fenced_loop(conn: Connection, ctx: ToolContext) -> Loop:
@@ -36,13 +40,24 @@ async def _fenced_loop(conn: Connection, ctx: ToolContext) -> Loop:
     return loop
 
 
-async def park_for_input(ctx: ToolContext, request: dict[str, Any]) -> None:
+async def park(
+    ctx: ToolContext,
+    park_row: Callable[[Connection], Awaitable[ToolCall | None]],
+    *,
+    event: str,
+    reason: TransitionReason,
+    outcome: ToolCallOutcome,
+    log: Callable[[ToolCall], str | None] = lambda row: None,
+    status: dict[str, Any] | None = None,
+) -> None:
+    """Park the call for a person: `park_row` (the store's park, fenced by this call's
+    lease) under the loop's row lock, the loop set `waiting` unless it already is, `event`
+    (its log from the parked row) with the job's pending events, and a `waiting` status
+    published with `status` added. Holds the step."""
     tc = ctx.tool_call
     async with transaction(ctx.runtime.pool) as conn:
         loop = await _fenced_loop(conn, ctx)
-        parked = await tool_calls.park_input(
-            conn, tool_call_id=tc.id, lease_token=ctx.lease_token, input_request=request
-        )
+        parked = await park_row(conn)
         if parked is None:
             raise FenceLost()
         if loop.status != LoopStatus.WAITING:
@@ -52,20 +67,19 @@ async def park_for_input(ctx: ToolContext, request: dict[str, Any]) -> None:
                 execution_token=ctx.generation,
                 from_statuses=[LoopStatus.RUNNING],
                 status=LoopStatus.WAITING,
-                reason=TransitionReason.AWAITING_INPUT,
+                reason=reason,
                 new_token=ctx.generation,
             )
-        keys = ", ".join(sorted((request.get("inputRequests") or {}).keys()))
         await events.insert_many(
             conn,
             [
                 *ctx.events,
                 NewEvent(
-                    name="tool_call.awaiting_input",
+                    name=event,
                     loop_id=tc.loop_id,
                     tool_call_id=tc.id,
-                    reason=TransitionReason.AWAITING_INPUT,
-                    log=f"round={parked.input_rounds} requests={keys}",
+                    reason=reason,
+                    log=log(parked),
                 ),
             ],
         )
@@ -76,13 +90,28 @@ async def park_for_input(ctx: ToolContext, request: dict[str, Any]) -> None:
                 "loop_id": str(tc.loop_id),
                 "status": LoopStatus.WAITING,
                 "tool_call_id": tc.id,
-                "input_required": True,
+                **(status or {}),
             },
         )
     ctx.tool_call = parked
     ctx.events = []
     ctx.held = True
-    ctx.runtime.telemetry.tool_call_outcome(ctx, ToolCallOutcome.AWAITING_INPUT)
+    ctx.runtime.telemetry.tool_call_outcome(ctx, outcome)
+
+
+async def park_for_input(ctx: ToolContext, request: dict[str, Any]) -> None:
+    keys = ", ".join(sorted((request.get("inputRequests") or {}).keys()))
+    await park(
+        ctx,
+        lambda conn: tool_calls.park_input(
+            conn, tool_call_id=ctx.tool_call.id, lease_token=ctx.lease_token, input_request=request
+        ),
+        event="tool_call.awaiting_input",
+        reason=TransitionReason.AWAITING_INPUT,
+        outcome=ToolCallOutcome.AWAITING_INPUT,
+        log=lambda parked: f"round={parked.input_rounds} requests={keys}",
+        status={"input_required": True},
+    )
 
 
 async def schedule_task_poll(

@@ -10,6 +10,7 @@ import pytest
 
 from agentd.db.pool import Pool, connection
 from agentd.engine.mcp_session_ender import McpSessionEnder
+from agentd.pipeline import stacks
 from agentd.pipeline.llm import tool_discovery
 from agentd.pipeline.llm.response_parsing import ResponseParsing
 from agentd.pipeline.stacks import default_llm_builder
@@ -182,7 +183,7 @@ async def test_a_turn_deferred_after_a_shared_discovery_leaves_it_to_the_next(
 
 
 def test_only_a_stack_that_finalizes_with_response_parsing_defers_the_record() -> None:
-    stock = default_llm_builder().build()
+    stock = stacks.build(default_llm_builder())
     custom = default_llm_builder()
     custom.replace(ResponseParsing, NotResponseParsing)
 
@@ -192,7 +193,7 @@ def test_only_a_stack_that_finalizes_with_response_parsing_defers_the_record() -
         return app
 
     assert discovery(stock).defers_record
-    assert not discovery(custom.build()).defers_record
+    assert not discovery(stacks.build(custom)).defers_record
 
 
 class NotResponseParsing:
