@@ -35,6 +35,7 @@ from pydantic_settings import (
 )
 
 from agentd.errors import ConfigError
+from agentd.event_names import WEBHOOK_EVENTS
 from agentd.states import JobQueue
 
 QUEUES = tuple(q.value for q in JobQueue)
@@ -75,20 +76,6 @@ class PriceConfig(BaseModel):
     reasoning: Decimal | None = Field(None, ge=0, allow_inf_nan=False)
 
 
-#: What a `[[webhooks]]` entry may subscribe to (written by the 0013/0014 triggers).
-WEBHOOK_EVENTS = (
-    "loop.completed",
-    "loop.failed",
-    "loop.paused",
-    "loop.stopped",
-    "loop.budget_exceeded",
-    "tool_call.awaiting_approval",
-    "agent.version_created",
-    "loop.upgraded",
-    "loop.message_received",
-)
-
-
 class WebhookConfig(BaseModel):
     """A `[[webhooks]]` entry: where to POST which events, signed per Standard Webhooks.
 
@@ -112,7 +99,8 @@ class WebhookConfig(BaseModel):
     def _known_events(cls, v: list[str]) -> list[str]:
         unknown = [e for e in v if e != "*" and e not in WEBHOOK_EVENTS]
         if unknown:
-            raise ValueError(f"unknown webhook event(s) {unknown}; known: {list(WEBHOOK_EVENTS)}")
+            known = [str(e) for e in WEBHOOK_EVENTS]
+            raise ValueError(f"unknown webhook event(s) {unknown}; known: {known}")
         return v
 
 

@@ -13,7 +13,8 @@ import asyncio
 import secrets
 import sys
 
-from agentd.testing.fake_llm import FakeLLM, LastMessage, Reply, Rule, ToolCall, _serve_forever
+from agentd.testing.fake_llm import FakeLLM, LastMessage, Reply, Rule, ToolCall
+from agentd.testing.fake_llm.command import serve_forever
 
 
 def reply(size: int) -> Rule:
@@ -35,7 +36,7 @@ def main(argv: list[str]) -> None:
             self.requests.clear()  # bounded memory over a long run
             await super()._respond(conn, request, body)  # type: ignore[arg-type]
 
-    asyncio.run(_serve_forever(Bounded([reply(a.bytes)], port=a.port)))
+    asyncio.run(serve_forever(Bounded([reply(a.bytes)], port=a.port)))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ import sys
 import time
 from typing import Any
 
-from agentd.testing.fake_llm import FakeLLM, _serve_forever, rule_from_json
+from agentd.testing.fake_llm import FakeLLM, rule_from_json
+from agentd.testing.fake_llm.command import serve_forever
 
 
 class LoggingFakeLLM(FakeLLM):
@@ -56,7 +57,7 @@ def main(argv: list[str]) -> None:
     if a.rules:
         with open(a.rules, encoding="utf-8") as f:
             rules = [rule_from_json(r) for r in json.load(f)]
-    asyncio.run(_serve_forever(LoggingFakeLLM(rules, port=a.port, events=a.events)))
+    asyncio.run(serve_forever(LoggingFakeLLM(rules, port=a.port, events=a.events)))
 
 
 if __name__ == "__main__":

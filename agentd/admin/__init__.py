@@ -23,6 +23,7 @@ from agentd.admin import (
     inspector,
     live,
     login,
+    loop_actions,
     loops,
     render,
     webhooks,
@@ -45,6 +46,7 @@ def mount(app: FastAPI, state: AppState) -> None:
         api_docs.router,
         dashboard.router,
         loops.router,
+        loop_actions.router,
         inspector.router,
         webhooks.router,
     )

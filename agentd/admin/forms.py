@@ -3,6 +3,8 @@ refuse the same things: every query parameter and form field, and every JSON fie
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fastapi import Request
 
 from agentd.api import hygiene
@@ -49,3 +51,9 @@ def json_field(name: str, text: str) -> JSONValue:
         return hygiene.parse_json(text)
     except hygiene.Unclean as exc:
         raise FormInvalid(f"form.{name}", str(exc)) from None
+
+
+def text_field(form: Mapping[str, object], name: str) -> str:
+    """Form field `name` as stripped text ("" when absent or a file)."""
+    value = form.get(name)
+    return value.strip() if isinstance(value, str) else ""

@@ -23,6 +23,7 @@ from agentd.agent import Agent, LoopView, agent_mcp_configs
 from agentd.api import hygiene
 from agentd.api.state import AppState
 from agentd.db.pool import connection, transaction
+from agentd.event_names import EventName
 from agentd.mcp.client import PREFIX_SEPARATOR, McpClient
 from agentd.mcp.config import McpServerConfig
 from agentd.mcp.port import CallContext
@@ -196,7 +197,7 @@ async def _run(
         raise InspectorError(f"{tool}: {exc}") from exc
     finally:
         audit = NewEvent(
-            name="admin.inspector_call",
+            name=EventName.ADMIN_INSPECTOR_CALL,
             loop_id=loop.id if loop is not None else None,
             tool_call_id=tool_call_id,
             reason="replay" if tool_call_id is not None else "run",

@@ -1,14 +1,11 @@
-"""Loops: the filtered list, a loop's page (transcript, events, MCP, state), its live
-stream, and every action a person can take on it, at a message too (fork, regenerate).
-Actions answer 303 with a flash message; a refused transition is a message on the page,
-never an error page."""
+"""Loops: the filtered list, starting a loop, and a loop's page (transcript, events, MCP,
+state, version) with its live fragment and stream. What a person does to a loop from that
+page is in `loop_actions`."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from datetime import datetime
-from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
@@ -20,14 +17,13 @@ from agentd.admin import forms, live, render
 from agentd.api import routes_loops
 from agentd.api.state import AppState
 from agentd.db.pool import Connection, connection
-from agentd.engine import loop_limits, loop_state, upgrades
+from agentd.engine import loop_limits, upgrades
 from agentd.engine.lifecycle import DEFAULT_RESUME_FROM
-from agentd.errors import AgentdError, BadRequest, DatabaseError, PreconditionFailed
+from agentd.errors import AgentdError, DatabaseError
+from agentd.event_names import EventName
 from agentd.states import (
     ACTIVE,
     ApprovalStatus,
-    InputMode,
-    LoopInputStatus,
     LoopStatus,
     MessageStatus,
     TransitionReason,
@@ -41,19 +37,18 @@ PAGE_SIZE = 50
 EVENTS_PAGE = 100
 STATUSES = [str(s) for s in LoopStatus]
 TABS = ("transcript", "events", "mcp", "state", "version")
-ACTIONS = ("pause", "resume", "stop", "freeze", "unfreeze", "observe", "unobserve")
+#: Pauses by the loop's own limits: resuming offers to raise them.
+LIMIT_REASONS = (
+    TransitionReason.MAX_STEPS,
+    TransitionReason.TOKEN_BUDGET,
+    TransitionReason.COST_BUDGET,
+)
 _HEX = re.compile(r"^[0-9a-f]{1,32}$")
 
 
 def _state(request: Request) -> AppState:
     state: AppState = request.app.state.agentd
     return state
-
-
-def _actor(request: Request) -> str:
-    """Who acts, as decisions and sends record it: `admin:<token name>`."""
-    session = getattr(request.state, "admin_session", None)
-    return f"admin:{getattr(session, 'name', None) or 'operator'}"
 
 
 def parse_uuid(value: str) -> UUID | None:
@@ -156,17 +151,12 @@ async def list_loops(request: Request) -> Response:
     )
 
 
-def _field(form: Mapping[str, object], name: str) -> str:
-    value = form.get(name)
-    return value.strip() if isinstance(value, str) else ""
-
-
 @router.post("/loops", include_in_schema=False)
 async def start_loop(request: Request) -> Response:
     state = _state(request)
     form = await request.form()
-    agent, message = _field(form, "agent"), _field(form, "message")
-    raw_state = _field(form, "state")
+    agent, message = forms.text_field(form, "agent"), forms.text_field(form, "message")
+    raw_state = forms.text_field(form, "state")
     try:
         loop_state = forms.json_field("state", raw_state) if raw_state else {}
     except ValueError as exc:  # bad syntax: a message; a broken rule is FormInvalid (422)
@@ -179,8 +169,8 @@ async def start_loop(request: Request) -> Response:
         loop = await state.lifecycle.start(
             agent=agent,
             message=message,
-            subject=_field(form, "subject") or None,
-            title=_field(form, "title") or None,
+            subject=forms.text_field(form, "subject") or None,
+            title=forms.text_field(form, "title") or None,
             state=loop_state,
             observe=bool(form.get("observe")),
         )
@@ -219,7 +209,7 @@ def transcript(
 
 
 #: What the reaper writes when it takes work back from a dead or stalled worker.
-RECLAIMS = ("turn.reclaimed", "tool_call.reclaimed")
+RECLAIMS = (EventName.TURN_RECLAIMED, EventName.TOOL_CALL_RECLAIMED)
 
 
 async def _live_context(state: AppState, loop: Loop) -> dict[str, Any]:
@@ -315,8 +305,8 @@ async def upgrade_loop(request: Request, loop_id: str) -> Response:
         return render.redirect(request, "/admin/loops", flash=("error", f"No loop {loop_id!r}."))
     back = f"/admin/loops/{ident}?tab=version"
     form = await request.form()
-    target = _field(form, "to_version") or None
-    dry = _field(form, "mode") != "upgrade"
+    target = forms.text_field(form, "to_version") or None
+    dry = forms.text_field(form, "mode") != "upgrade"
     try:
         plan = await upgrades.upgrade_loop(
             state.pool, ident, to_version=target, dry_run=dry, by="admin"
@@ -376,252 +366,3 @@ async def loop_stream(request: Request, loop_id: str) -> Response:
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
-
-
-# --- actions -------------------------------------------------------------------------------
-
-LIMIT_REASONS = (
-    TransitionReason.MAX_STEPS,
-    TransitionReason.TOKEN_BUDGET,
-    TransitionReason.COST_BUDGET,
-)
-
-
-def _limit(form: Mapping[str, object], name: str) -> int | None:
-    """An optional positive whole number from the resume form (blank: unchanged)."""
-    raw = _field(form, name).replace(",", "").replace("_", "")
-    if not raw:
-        return None
-    if not raw.isdigit() or int(raw) < 1 or len(raw) > 13:
-        raise BadRequest(f"{name} must be a whole number of at least 1; got {raw[:40]!r}")
-    return int(raw)
-
-
-def _money(form: Mapping[str, object], name: str) -> Decimal | None:
-    """An optional positive amount in USD from the resume form (blank: unchanged)."""
-    raw = _field(form, name).replace(",", "").replace("_", "").lstrip("$")
-    if not raw:
-        return None
-    try:
-        value = Decimal(raw) if len(raw) <= 20 else None
-    except InvalidOperation:
-        value = None
-    if value is None or not value.is_finite() or value <= 0 or value > Decimal("1e9"):
-        raise BadRequest(f"{name} must be an amount in USD above 0; got {raw[:40]!r}")
-    return value
-
-
-_DONE = {
-    "pause": "Paused.",
-    "resume": "Resumed.",
-    "stop": "Stopped.",
-    "freeze": "Frozen: no new work will be claimed until unfrozen.",
-    "unfreeze": "Unfrozen.",
-    "observe": "Observing: turns stream live.",
-    "unobserve": "No longer observed.",
-}
-
-
-@router.post("/loops/{loop_id}/actions/{action}", include_in_schema=False)
-async def loop_action(request: Request, loop_id: str, action: str) -> Response:
-    state = _state(request)
-    ident = parse_uuid(loop_id)
-    if ident is None:
-        return render.redirect(request, "/admin/loops", flash=("error", f"No loop {loop_id!r}."))
-    back = f"/admin/loops/{ident}"
-    if action not in ACTIONS:
-        return render.redirect(request, back, flash=("error", f"Unknown action {action!r}."))
-    lc = state.lifecycle
-    try:
-        if action == "pause":
-            await lc.pause(ident)
-        elif action == "resume":
-            form = await request.form()
-            wanted = [s.strip() for s in _field(form, "from").split(",") if s.strip()]
-            await lc.resume(
-                ident,
-                from_=wanted or None,
-                max_steps=_limit(form, "max_steps"),
-                max_tokens_total=_limit(form, "max_tokens_total"),
-                max_cost=_money(form, "max_cost"),
-            )
-        elif action == "stop":
-            await lc.stop(ident)
-        elif action == "freeze":
-            await lc.freeze(ident)
-        elif action == "unfreeze":
-            await lc.unfreeze(ident)
-        else:
-            await lc.observe(ident, action == "observe")
-    except DatabaseError:
-        raise  # an outage or a bug, not a mistake in the form: the API's handlers answer
-    except AgentdError as exc:
-        return render.redirect(request, back, flash=("error", exc.message))
-    return render.redirect(request, back, flash=("ok", _DONE[action]))
-
-
-@router.post("/loops/{loop_id}/state", include_in_schema=False)
-async def save_state(request: Request, loop_id: str) -> Response:
-    """The State tab's editor: the edited JSON becomes a merge patch against the version the
-    page showed, so a change made meanwhile by anyone else is never overwritten."""
-    state = _state(request)
-    ident = parse_uuid(loop_id)
-    if ident is None:
-        return render.redirect(request, "/admin/loops", flash=("error", f"No loop {loop_id!r}."))
-    back = f"/admin/loops/{ident}?tab=state"
-    form = await request.form()
-    version = _field(form, "version")
-    try:
-        edited = forms.json_field("state", _field(form, "state") or "{}")
-    except ValueError:
-        return render.redirect(request, back, flash=("error", "State is not JSON."))
-    if not isinstance(edited, dict) or not version.isdigit() or len(version) > 18:
-        return render.redirect(request, back, flash=("error", "State must be a JSON object."))
-    async with connection(state.pool) as conn:
-        current = await loops.get(conn, loop_id=ident)
-    if current is None:
-        return render.redirect(request, "/admin/loops", flash=("error", f"No loop {ident}."))
-    try:
-        patch = loop_state.diff(current.state, edited)
-        row, changed = await loop_state.patch(
-            state.pool,
-            ident,
-            patch,
-            if_match=int(version),
-            by="admin",
-            max_bytes=state.settings.max_state_bytes,
-        )
-    except ValueError as exc:
-        return render.redirect(request, back, flash=("error", str(exc)))
-    except DatabaseError:
-        raise  # an outage or a bug, not a mistake in the form: the API's handlers answer
-    except AgentdError as exc:
-        if isinstance(exc, PreconditionFailed):
-            msg = "The state changed since this page loaded; reload and edit again."
-            return render.redirect(request, back, flash=("error", msg))
-        return render.redirect(request, back, flash=("error", exc.message))
-    if not changed:
-        return render.redirect(request, back, flash=("ok", "Nothing changed."))
-    return render.redirect(
-        request, back, flash=("ok", f"State saved (version {row.state_version}).")
-    )
-
-
-@router.post("/loops/{loop_id}/messages", include_in_schema=False)
-async def continue_loop(request: Request, loop_id: str) -> Response:
-    state = _state(request)
-    ident = parse_uuid(loop_id)
-    if ident is None:
-        return render.redirect(request, "/admin/loops", flash=("error", f"No loop {loop_id!r}."))
-    back = f"/admin/loops/{ident}"
-    form = await request.form()
-    mode = _field(form, "mode") or InputMode.QUEUE
-    if mode not in {str(m) for m in InputMode}:
-        return render.redirect(request, back, flash=("error", f"Unknown mode {mode!r}."))
-    try:
-        sent = await state.lifecycle.send(
-            ident, _field(form, "content"), mode=mode, sent_by=_actor(request)
-        )
-    except DatabaseError:
-        raise  # an outage or a bug, not a mistake in the form: the API's handlers answer
-    except AgentdError as exc:
-        return render.redirect(request, back, flash=("error", exc.message))
-    if sent.input.status == LoopInputStatus.APPLIED:
-        done = "the turn in flight was interrupted" if mode == InputMode.INTERRUPT else None
-        text = f"Message added; {done or 'the loop continues'}."
-    elif mode == InputMode.INJECT:
-        text = "Message queued; the model sees it when its next turn starts."
-    else:
-        text = "Message queued; the loop continues with it when the current run ends."
-    return render.redirect(request, back, flash=("ok", text))
-
-
-@router.post("/loops/{loop_id}/messages/{message_id}/{action}", include_in_schema=False)
-async def message_action(request: Request, loop_id: str, message_id: str, action: str) -> Response:
-    """Fork the loop at a message, or regenerate from it (later messages are superseded)."""
-    state = _state(request)
-    ident = parse_uuid(loop_id)
-    if ident is None:
-        return render.redirect(request, "/admin/loops", flash=("error", f"No loop {loop_id!r}."))
-    back = f"/admin/loops/{ident}"
-    if action not in ("fork", "regenerate") or not message_id.isdigit() or len(message_id) > 18:
-        return render.redirect(request, back, flash=("error", "Unknown message action."))
-    try:
-        if action == "fork":
-            new = await state.lifecycle.fork(ident, int(message_id))
-        else:
-            await state.lifecycle.regenerate(ident, int(message_id))
-    except DatabaseError:
-        raise  # an outage or a bug, not a mistake in the form: the API's handlers answer
-    except AgentdError as exc:
-        return render.redirect(request, back, flash=("error", exc.message))
-    if action == "fork":
-        return render.redirect(
-            request,
-            f"/admin/loops/{new.id}",
-            flash=("ok", f"Forked at message {message_id}: a paused copy; resume it to run."),
-        )
-    return render.redirect(
-        request,
-        back,
-        flash=("ok", f"Regenerating after message {message_id}; later messages are superseded."),
-    )
-
-
-@router.post("/tool-calls/{tool_call_id}/approve", include_in_schema=False)
-async def approve(request: Request, tool_call_id: str) -> Response:
-    return await _decide(request, tool_call_id, "approve")
-
-
-@router.post("/tool-calls/{tool_call_id}/deny", include_in_schema=False)
-async def deny(request: Request, tool_call_id: str) -> Response:
-    return await _decide(request, tool_call_id, "deny")
-
-
-async def _decide(request: Request, tool_call_id: str, decision: str) -> Response:
-    state = _state(request)
-    if not tool_call_id.isdigit() or len(tool_call_id) > 18:
-        return render.redirect(
-            request, "/admin/loops", flash=("error", f"No tool call {tool_call_id!r}.")
-        )
-    async with connection(state.pool) as conn:
-        call = await tool_calls.get(conn, tool_call_id=int(tool_call_id))
-    if call is None:
-        return render.redirect(
-            request, "/admin/loops", flash=("error", f"No tool call {tool_call_id}.")
-        )
-    back = f"/admin/loops/{call.loop_id}"
-    form = await request.form()
-    arguments = None
-    text = _field(form, "arguments") if decision == "approve" else ""
-    if text:
-        # The approve form always carries the arguments (prefilled with the model's): equal
-        # ones are a plain approval, edited ones are checked against the tool's schema.
-        try:
-            arguments = forms.json_field("arguments", text)
-        except ValueError:
-            return render.redirect(request, back, flash=("error", "Arguments are not JSON."))
-        if not isinstance(arguments, dict):
-            return render.redirect(
-                request, back, flash=("error", "Arguments must be a JSON object.")
-            )
-    try:
-        decided = await state.lifecycle.decide(
-            call.id,
-            approve=decision == "approve",
-            reason=_field(form, "reason") or None,
-            decided_by=_actor(request),
-            arguments=arguments,
-        )
-    except DatabaseError:
-        raise  # an outage or a bug, not a mistake in the form: the API's handlers answer
-    except AgentdError as exc:
-        return render.redirect(request, back, flash=("error", exc.message))
-    if decided.approved_arguments is not None and arguments is not None:
-        return render.redirect(
-            request,
-            back,
-            flash=("ok", f"Approved {call.name} (call {call.id}) with edited arguments."),
-        )
-    verb = "Approved" if decision == "approve" else "Denied"
-    return render.redirect(request, back, flash=("ok", f"{verb} {call.name} (call {call.id})."))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from agentd import logs
 from agentd.agent import Agent, LoopView
 from agentd.errors import FenceLost
+from agentd.event_names import EventName
 from agentd.llm.types import LLMRequest, LLMResponse, Message, ToolSpec
 from agentd.states import LoopStatus, ToolCallOutcome, TransitionReason, TurnOutcome
 
@@ -144,7 +145,7 @@ class TurnContext:
                 raise FenceLost()
             await messages.fail_shells(conn, loop_id=self.loop.id)
             await events.insert_many(
-                conn, [NewEvent(name="loop.completed", loop_id=self.loop.id, reason=reason)]
+                conn, [NewEvent(name=EventName.LOOP_COMPLETED, loop_id=self.loop.id, reason=reason)]
             )
             await events.publish(
                 conn,

@@ -15,6 +15,7 @@ import json
 
 from agentd.db.pool import Connection
 from agentd.errors import BadRequest, NotFound
+from agentd.event_names import EventName
 from agentd.states import TransitionReason
 from agentd.store import events, loops, messages, tool_calls
 from agentd.store.models import Loop, Message, NewEvent
@@ -69,7 +70,7 @@ async def fork_in(
         conn,
         [
             NewEvent(
-                name="loop.forked",
+                name=EventName.LOOP_FORKED,
                 loop_id=new.id,
                 message_id=None,
                 reason=TransitionReason.FORKED,

@@ -14,6 +14,7 @@ The same connection holds the worker's registry row, so its backend identity is 
 Reaper's liveness check looks for.
 Tolerates: database restarts (reconnects with backoff and re-registers).
 Never: renews a lease whose token changed.
+Releases owed after an outage are kept by engine.owed_releases.
 Called by: engine.service (run), worker (register/unregister).
 """
 
@@ -28,11 +29,11 @@ from dataclasses import dataclass, field
 
 from agentd import __about__, logs
 from agentd.db import pool as dbpool
+from agentd.engine.owed_releases import OwedReleases
 from agentd.engine.ticks import Signal, ticks
 from agentd.errors import DatabaseError
 from agentd.settings import Settings
-from agentd.states import TransitionReason
-from agentd.store import jobs, loops, tool_calls, workers
+from agentd.store import loops, tool_calls, workers
 
 log = logs.get("agentd.lease_renewer")
 
@@ -75,11 +76,8 @@ class LeaseRenewer:
         self._closed = False
         self.renewed = Signal()
         # Work given up while the database was away, owed back to the queue (see release_*).
-        self._owed_turns: dict[uuid.UUID, uuid.UUID] = {}
-        self._owed_tools: dict[int, uuid.UUID] = {}
-        self._owed = asyncio.Event()
-        self.released = Signal()
-        self.released_count = 0
+        self._debt = OwedReleases()
+        self.released = self._debt.released
         self.lost_count = 0
         self.renewal_count = 0
         self.last_ok: float | None = None
@@ -203,14 +201,14 @@ class LeaseRenewer:
         self._owe(("tool", tool_call_id), token)
 
     def _owe(self, key: uuid.UUID | tuple[str, int], token: uuid.UUID) -> None:
-        if isinstance(key, uuid.UUID):
-            self._owed_turns[key] = token
-        else:
-            self._owed_tools[key[1]] = token
-        self._owed.set()
+        self._debt.owe(key, token)
 
     def owed(self) -> tuple[dict[uuid.UUID, uuid.UUID], dict[int, uuid.UUID]]:
-        return dict(self._owed_turns), dict(self._owed_tools)
+        return self._debt.owed()
+
+    @property
+    def released_count(self) -> int:
+        return self._debt.released_count
 
     async def release_owed(self) -> int:
         """Give the owed work back in one transaction; raises DatabaseError if the database
@@ -221,52 +219,26 @@ class LeaseRenewer:
             return await self._release_owed()
 
     async def _release_owed(self) -> int:
-        turns, tools = self.owed()
-        if not turns and not tools:
+        if self._debt.empty():
             return 0
         try:
             with dbpool.translate_pg_errors():
                 if self._conn is None or self._conn.is_closed():
                     await self.connect()
                 assert self._conn is not None
-                async with self._conn.transaction():
-                    if turns:
-                        await loops.release_leases(
-                            self._conn,
-                            ids=list(turns),
-                            tokens=list(turns.values()),
-                            reason=TransitionReason.RELEASED_AFTER_OUTAGE,
-                        )
-                        await jobs.notify(self._conn, queue="llm")
-                    if tools:
-                        await tool_calls.release_leases(
-                            self._conn, ids=list(tools), tokens=list(tools.values())
-                        )
-                        await jobs.notify(self._conn, queue="tool")
+                return await self._debt.send(self._conn)
         except DatabaseError:
             await self._close(deregister=False)
             raise
-        # Forget what was sent back, unless it was owed again (another token) meanwhile.
-        for loop_id, token in turns.items():
-            if self._owed_turns.get(loop_id) == token:
-                del self._owed_turns[loop_id]
-        for tid, token in tools.items():
-            if self._owed_tools.get(tid) == token:
-                del self._owed_tools[tid]
-        n = len(turns) + len(tools)
-        self.released_count += n
-        log.info("lease_renewer.released_owed", turns=len(turns), tool_calls=len(tools))
-        self.released.fire()
-        return n
 
     async def _run_releases(self, stop: asyncio.Event) -> None:
         cap = min(1.0, self.settings.heartbeat_interval)
         delay = min(0.2, cap)
         while not stop.is_set():
-            if not self._owed_turns and not self._owed_tools:
-                self._owed.clear()
+            if self._debt.empty():
+                self._debt.wake.clear()
                 waiters = {
-                    asyncio.ensure_future(self._owed.wait()),
+                    asyncio.ensure_future(self._debt.wake.wait()),
                     asyncio.ensure_future(stop.wait()),
                 }
                 try:

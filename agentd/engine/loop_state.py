@@ -25,6 +25,7 @@ from agentd.errors import (
     PreconditionFailed,
     StateTooLarge,
 )
+from agentd.event_names import EventName
 from agentd.states import LoopStatus
 from agentd.store import events, loops
 from agentd.store.models import Loop, NewEvent
@@ -144,6 +145,13 @@ async def patch(
         )
         await events.insert_many(
             conn,
-            [NewEvent(name="loop.state_changed", loop_id=loop.id, reason="state_patched", log=log)],
+            [
+                NewEvent(
+                    name=EventName.LOOP_STATE_CHANGED,
+                    loop_id=loop.id,
+                    reason="state_patched",
+                    log=log,
+                )
+            ],
         )
         return row, True

@@ -31,6 +31,7 @@ from agentd import logs
 from agentd.db.pool import Pool, transaction
 from agentd.engine.ticks import Signal, ticks
 from agentd.errors import DatabaseError
+from agentd.event_names import EventName
 from agentd.settings import Settings
 from agentd.states import JobQueue, TransitionReason
 from agentd.store import agent_versions, events, jobs, loops, messages, tool_calls, workers
@@ -188,7 +189,7 @@ def _waiting(row: dict[str, Any]) -> NewEvent:
         else f"agent {row['agent']!r}: no version of it is known to any process yet"
     )
     return NewEvent(
-        name="loop.waiting_for_version",
+        name=EventName.LOOP_WAITING_FOR_VERSION,
         loop_id=row["id"],
         reason=TransitionReason.WAITING_FOR_VERSION,
         log=why,
@@ -201,7 +202,7 @@ def _reclaimed(expired: list[Any], stalled: list[Any]) -> list[NewEvent]:
         reason = TransitionReason(row["status_reason"])
         out.append(
             NewEvent(
-                name="turn.reclaimed",
+                name=EventName.TURN_RECLAIMED,
                 loop_id=row["id"],
                 reason=reason,
                 log=f"LLM turn reclaimed: {_WHY[reason]}; queued again under a new "
@@ -217,7 +218,7 @@ def _reclaimed(expired: list[Any], stalled: list[Any]) -> list[NewEvent]:
             reason = TransitionReason.REAPED_JOB_LOST
         out.append(
             NewEvent(
-                name="tool_call.reclaimed",
+                name=EventName.TOOL_CALL_RECLAIMED,
                 loop_id=row["loop_id"],
                 tool_call_id=row["id"],
                 reason=reason,

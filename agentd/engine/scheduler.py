@@ -27,6 +27,7 @@ from agentd.db.pool import Connection, Pool, transaction
 from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.ticks import Signal, ticks
 from agentd.errors import AgentdError, ConfigError, DatabaseError
+from agentd.event_names import EventName
 from agentd.settings import Settings
 from agentd.store import events, schedules
 from agentd.store.models import NewEvent
@@ -193,7 +194,8 @@ class Scheduler:
                         conn, schedule_id=s.id, next_run_at=nxt, started_loop=None, skipped=1
                     )
                     await events.insert_many(
-                        conn, [NewEvent(name="schedule.failed", reason=s.name, log=exc.message)]
+                        conn,
+                        [NewEvent(name=EventName.SCHEDULE_FAILED, reason=s.name, log=exc.message)],
                     )
                     log.warning("schedule.failed", schedule=s.name, error=exc.message)
                     continue

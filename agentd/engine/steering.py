@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Sequence
 
 from agentd.db.pool import Connection, Pool, transaction
+from agentd.event_names import EventName
 from agentd.store import events, loop_inputs, loops
 from agentd.store.models import LoopInput, NewEvent
 
@@ -45,7 +46,7 @@ async def record_applied(
         conn,
         [
             NewEvent(
-                name="loop.message_applied",
+                name=EventName.LOOP_MESSAGE_APPLIED,
                 loop_id=loop_id,
                 reason=i.mode,
                 message_id=i.message_id,

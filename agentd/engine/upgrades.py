@@ -19,6 +19,7 @@ from typing import Any
 from agentd import versions
 from agentd.db.pool import Connection, Pool, connection, transaction
 from agentd.errors import BadRequest, LoopNotFound, UnknownAgent, UnknownVersion, UpgradeWouldOrphan
+from agentd.event_names import EventName
 from agentd.states import TransitionReason
 from agentd.store import agent_versions, events, loops, mcp, tool_calls
 from agentd.store.models import Loop, NewEvent
@@ -101,7 +102,7 @@ async def upgrade_loop(
             conn,
             [
                 NewEvent(
-                    name="loop.upgrade_requested",
+                    name=EventName.LOOP_UPGRADE_REQUESTED,
                     loop_id=loop.id,
                     reason=TransitionReason.UPGRADED,
                     log=json.dumps(log),

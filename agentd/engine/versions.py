@@ -18,6 +18,7 @@ from uuid import UUID
 
 from agentd import logs
 from agentd.db.pool import Connection, Pool, transaction
+from agentd.event_names import EventName
 from agentd.registry import AgentRegistry
 from agentd.states import TransitionReason
 from agentd.store import agent_versions, events
@@ -45,8 +46,10 @@ async def record_in(conn: Connection, registry: AgentRegistry) -> list[str]:
         v = by_id[row["id"]]
         moved = await agent_versions.mark_latest(conn, agent=v.agent, version_id=v.id)
         data: dict[str, Any] = {"agent": v.agent, "version": v.id, "latest_upgrades": moved}
-        notes.append(NewEvent(name="agent.version_created", log=json.dumps(data)))
-        await agent_versions.webhook(conn, type_="agent.version_created", loop_id=None, data=data)
+        notes.append(NewEvent(name=EventName.AGENT_VERSION_CREATED, log=json.dumps(data)))
+        await agent_versions.webhook(
+            conn, type_=EventName.AGENT_VERSION_CREATED, loop_id=None, data=data
+        )
     await events.insert_many(conn, notes)
     return [r["id"] for r in new]
 
@@ -93,12 +96,12 @@ async def apply_upgrade(
         conn,
         [
             NewEvent(
-                name="loop.upgraded",
+                name=EventName.LOOP_UPGRADED,
                 loop_id=loop_id,
                 reason=TransitionReason.UPGRADED,
                 log=json.dumps(data),
             )
         ],
     )
-    await agent_versions.webhook(conn, type_="loop.upgraded", loop_id=loop_id, data=data)
+    await agent_versions.webhook(conn, type_=EventName.LOOP_UPGRADED, loop_id=loop_id, data=data)
     return data

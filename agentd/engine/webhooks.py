@@ -40,6 +40,7 @@ from agentd import __about__, logs, redact
 from agentd.db.pool import Pool, connection, transaction
 from agentd.engine.ticks import Signal
 from agentd.errors import ConfigError
+from agentd.event_names import EventName
 from agentd.settings import Settings, WebhookConfig
 from agentd.states import WebhookAttempt
 from agentd.store import events, webhooks
@@ -292,7 +293,7 @@ class WebhookDeliverer:
                 conn,
                 [
                     NewEvent(
-                        name="webhook.endpoint_disabled",
+                        name=EventName.WEBHOOK_ENDPOINT_DISABLED,
                         reason="gone",
                         url=url,
                         status=GONE,

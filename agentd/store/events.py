@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from agentd import redact
+from agentd import event_names, redact
 from agentd.db.pool import Connection
 from agentd.store.models import Event, NewEvent
 from agentd.store.queries import sql
@@ -65,6 +65,10 @@ def _values(e: NewEvent) -> dict[str, Any]:
 def columns(events: Sequence[NewEvent]) -> list[list[object]]:
     """The 13 parallel arrays `event_insert_many` unnests (redacted), for any statement
     that inserts events the same way."""
+    # A misspelt name would be an event no reader, filter or webhook ever finds: refuse it.
+    unknown = sorted({e.name for e in events if not event_names.is_known(e.name)})
+    if unknown:
+        raise ValueError(f"unknown event name(s) {unknown}: add them to agentd.event_names")
     rows = [_values(e) for e in events]
     return [[row[c] for row in rows] for c in _COLUMNS]
 

@@ -17,7 +17,7 @@ PACKAGE = Path(agentd.__file__).parent
 #: the plugin API (agentd/__init__.py). Same-floor imports are allowed unless they circle.
 FLOORS: list[set[str]] = [
     {"__main__"},
-    {"cli"},
+    {"cli", "cli_commands"},
     {"demo", "testing"},
     {"app"},
     {"client", "admin", "__init__"},
@@ -33,6 +33,7 @@ FLOORS: list[set[str]] = [
         "builder",
         "errors",
         "event_loop",
+        "event_names",
         "json_types",
         "known_secrets",
         "redact",
