@@ -568,6 +568,8 @@ def _status_value(status: str, reason: object) -> dict[str, Any]:
     """`agentd.status`: `status_reason` is the loop resource's name; `reason` stays for
     clients written before it."""
     return {"status": status, "reason": reason, "status_reason": reason}
+
+
 # --- input: POST of a RunAgentInput -----------------------------------------------------
 
 

@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from agentd.db.pool import Pool
 from agentd.engine.finish_batch import FinishBatch
+from agentd.mcp.hub import McpHub
 from agentd.observability.metrics import Telemetry
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
 
 if TYPE_CHECKING:
-    import httpx
-
     from agentd.engine.lease_renewer import LeaseRenewer
     from agentd.engine.stream_flusher import StreamFlusher
     from agentd.llm.client import LLMClient
@@ -33,8 +32,9 @@ class Runtime:
     consumes: frozenset[str] = frozenset()
     renewer: LeaseRenewer | None = None
     flusher: StreamFlusher | None = None
-    # One HTTP client for every MCP server call of this process (pooled connections).
-    mcp_http: httpx.AsyncClient | None = None
+    # What the process knows of its MCP servers and shares among loops: one pooled HTTP
+    # client, each server's facts, shared sessions and tool listings (mcp/hub.py).
+    mcp: McpHub = field(default_factory=McpHub)
     # Called after a commit that enqueued work on a queue this process consumes, so the
     # successor is claimed at once without a NOTIFY (which would serialize commits).
     wake_local: Callable[[str], None] = field(default=lambda queue: None)
