@@ -43,7 +43,7 @@ class McpEntryConfig(BaseModel):
     required_tools: list[str] = Field(default_factory=list)
     prefix: str | None = None
     session_recovery: Literal["auto", "fail"] = "auto"
-    session: Literal["loop", "process"] | None = None  # None: McpServerConfig's default
+    session: Literal["auto", "loop", "process"] | None = None  # None: McpServerConfig's default
     session_ttl: float | None = None
     timeout: float = 60.0
     env: dict[str, str] | None = None

@@ -132,7 +132,7 @@ def _mcp_entry(entry: Any) -> dict[str, Any]:
     data["headers"] = sorted(data.get("headers") or {})  # names only: values may be secrets
     data["env"] = sorted(data.get("env") or {})
     if data.get("session") is None:
-        data["session"] = "loop"
+        data["session"] = "auto"  # McpServerConfig's default: unset and "auto" are one version
     return {k: _json(v) for k, v in data.items() if v not in (None, [], {})}
 
 

@@ -30,6 +30,7 @@ from agentd.db.pool import Pool, transaction
 from agentd.engine.ticks import Signal, ticks
 from agentd.errors import DatabaseError
 from agentd.mcp.client import McpClient
+from agentd.mcp.hub import McpHub
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
 from agentd.store import mcp
@@ -62,11 +63,13 @@ class McpSessionEnder:
         registry: AgentRegistry,
         *,
         http: httpx.AsyncClient | None = None,
+        hub: McpHub | None = None,
     ) -> None:
         self.settings = settings
         self.pool = pool
         self.registry = registry
-        self.http = http  # the runtime's pooled httpx client
+        # The runtime's: its pooled client, and the version each server chose (the header).
+        self.hub = hub if hub is not None else McpHub(http=http)
         self.swept = Signal()
 
     async def end_once(self) -> EndReport:
@@ -120,9 +123,7 @@ class McpSessionEnder:
             async with gate:
                 try:
                     # Best effort: an McpError (down, timed out) is logged by terminate().
-                    ended = await McpClient(config, http=self.http).terminate(
-                        row["ended_session_id"]
-                    )
+                    ended = await McpClient(config, hub=self.hub).terminate(row["ended_session_id"])
                 except Exception as exc:
                     log.warning(
                         "mcp.session_end_failed",

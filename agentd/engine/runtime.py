@@ -16,15 +16,14 @@ from typing import TYPE_CHECKING
 from agentd import redact
 from agentd.db.pool import Pool
 from agentd.engine.finish_batch import FinishBatch
-from agentd.engine.wire_hints import WireHints
 from agentd.engine.wakes import Wakes
+from agentd.engine.wire_hints import WireHints
+from agentd.mcp.hub import McpHub
 from agentd.observability.metrics import Telemetry
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
 
 if TYPE_CHECKING:
-    import httpx
-
     from agentd.engine.lease_renewer import LeaseRenewer
     from agentd.engine.stream_flusher import StreamFlusher
     from agentd.llm.client import LLMClient
@@ -43,8 +42,9 @@ class Runtime:
     # (tests that drive a pipeline directly).
     renewer: LeaseRenewer | None = None
     flusher: StreamFlusher | None = None
-    # One HTTP client for every MCP server call of this process (pooled connections).
-    mcp_http: httpx.AsyncClient | None = None
+    # What the process knows of its MCP servers and shares among loops: one pooled HTTP
+    # client, each server's facts, shared sessions and tool listings (mcp/hub.py).
+    mcp: McpHub = field(default_factory=McpHub)
     # The worker's claim loops wait on these (engine/wakes.py).
     wakes: Wakes = field(default_factory=Wakes)
     # Metrics shared with this process's /metrics (the API's, or the worker's probe port).

@@ -33,6 +33,7 @@ from agentd.engine.wakes import Wakes
 from agentd.engine.webhooks import WebhookDeliverer
 from agentd.engine.worker import Worker
 from agentd.llm.http_pool import pooled_client
+from agentd.mcp.hub import McpHub
 from agentd.observability.metrics import Telemetry
 from agentd.registry import AgentRegistry
 from agentd.settings import QUEUES, Settings
@@ -104,7 +105,7 @@ class Engine:
             renewer=self.renewer,
             flusher=self.flusher,
             # Per-request timeouts come from each server's entry (asyncio.timeout).
-            mcp_http=pooled_client(max_connections=500, max_keepalive=100, timeout=None),
+            mcp=McpHub(http=pooled_client(max_connections=500, max_keepalive=100, timeout=None)),
             wakes=Wakes(),
             telemetry=self.telemetry,
         )
@@ -118,7 +119,7 @@ class Engine:
         self.reaper = Reaper(self.settings, self.pool, own_worker=self.runtime.worker_id)
         self.janitor = Janitor(self.settings, self.pool)
         self.session_ender = McpSessionEnder(
-            self.settings, self.pool, self.registry, http=self.runtime.mcp_http
+            self.settings, self.pool, self.registry, hub=self.runtime.mcp
         )
         self.lifecycle = Lifecycle(self.pool, self.registry, self.settings)
         self.scheduler = Scheduler(self.settings, self.pool, self.lifecycle)
@@ -197,8 +198,8 @@ class Engine:
                 tg.create_task(work(), name="worker")
         finally:
             await self.renewer.close()
-            if self.runtime.mcp_http is not None:  # always set above; the field is optional
-                await self.runtime.mcp_http.aclose()
+            if self.runtime.mcp.http is not None:  # always set above; the field is optional
+                await self.runtime.mcp.http.aclose()
             if self.llm is None:
                 await self.llm_client.aclose()
             log.info("engine.stopped", worker=str(self.runtime.worker_id))

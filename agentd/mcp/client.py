@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
-from mcp.shared import inbound
-
 from agentd import logs
 from agentd.errors import McpError, McpSessionInvalid
-from agentd.mcp import eras, jsonrpc, schemas, shared_sessions, tool_names
+from agentd.mcp import eras, jsonrpc, listing, outcomes
 from agentd.mcp.config import McpServerConfig
+from agentd.mcp.hub import McpHub
 from agentd.mcp.port import (
     IDEMPOTENCY_META_KEY,
     CallContext,
@@ -23,7 +20,6 @@ from agentd.mcp.port import (
     idempotency_key,
 )
 from agentd.mcp.records import Exchange, McpTool, SessionInfo, ToolOutcome
-from agentd.mcp.toolset import REQUIRES_APPROVAL_META_KEY
 from agentd.mcp.transports import transport_for
 from agentd.observability import tracing
 
@@ -32,30 +28,11 @@ if TYPE_CHECKING:
 
 log = logs.get("agentd.mcp.client")
 
-PREFIX_SEPARATOR = "__"
-ELICITATION_UNSUPPORTED = (
-    "this server asked for user input mid-call; agentd supports that only with MCP "
-    "2026-07-28 servers"
-)
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
-TASK_TERMINAL = ("completed", "failed", "cancelled")
+PREFIX_SEPARATOR = listing.PREFIX_SEPARATOR
+TOOLS_CHANGED = "notifications/tools/list_changed"
 STATELESS_PREFIX = "stateless-"  # marks a session id agentd made up; never sent on the wire
 _MAX_PAGES = 50
 CANCEL_NOTICE_SECONDS = 2.0  # how long a cancelled call waits to tell its server
-#: JSON-RPC errors that mean "agentd built a malformed request": a client bug, not the
-#: tool's answer. (-32602 counts only when the model's arguments fit the tool's schema.)
-CLIENT_BUG_CODES = frozenset(
-    {
-        jsonrpc.PARSE_ERROR,
-        jsonrpc.INVALID_REQUEST,
-        eras.HEADER_MISMATCH,
-        eras.UNSUPPORTED_PROTOCOL_VERSION,
-    }
-)
-CLIENT_BUG_TEXT = (
-    "agentd sent a request the MCP server rejected as malformed ({error}); this is a bug "
-    "in agentd's MCP client, not the tool's answer"
-)
 
 
 def is_synthetic(session_id: str | None) -> bool:
@@ -69,9 +46,14 @@ class McpClient:
         transport: Transport | None = None,
         *,
         http: httpx.AsyncClient | None = None,
+        hub: McpHub | None = None,
     ) -> None:
         self.config = config
-        self.transport = transport if transport is not None else transport_for(config, http=http)
+        #: the process's (engine/runtime.py); without one this client shares nothing
+        self.hub = hub if hub is not None else McpHub(http=http)
+        if transport is None:
+            transport = transport_for(config, http=http or self.hub.http, hub=self.hub)
+        self.transport = transport
 
     @property
     def transport_kind(self) -> str:
@@ -141,76 +123,11 @@ class McpClient:
             cursor = result.get("nextCursor")
             if not cursor:
                 break
-        refused: dict[str, str] = {}
-        remote = [t for t in remote if self._valid_name(t, refused) and self._usable(t, refused)]
-        names = {t["name"] for t in remote}
-        missing = [n for n in self.config.required_tools if n not in names]
-        if missing:
-            why = "".join(f" ({n!r} refused: {refused[n]})" for n in missing if n in refused)
-            raise McpError(
-                f"MCP server {self.config.name!r} does not offer required tool(s): "
-                f"{', '.join(missing)}{why}",
-                retryable=False,  # it answered; waiting will not add the tools
-            )
-        allowed = set(self.config.tools) if self.config.tools is not None else None
-        tools = [self._tool(t) for t in remote if allowed is None or t["name"] in allowed]
+        tools = listing.tools_of(self.config, remote)
         return tools, exchanges
 
-    def _valid_name(self, spec: dict[str, Any], refused: dict[str, str]) -> bool:
-        """A tool whose name (as served, and as advertised with the prefix) breaks the MCP
-        spec's tool-name rules is dropped (mcp/tool_names.py)."""
-        name = spec["name"]
-        reason = tool_names.refusal(name)
-        if reason is None:
-            advertised = self.advertised_name(name)
-            reason = tool_names.refusal(advertised)
-            reason = f"with its prefix, {reason}" if reason else None
-        if reason is None:
-            return True
-        if isinstance(name, str):
-            refused[name] = reason
-        log.warning(
-            "mcp_client.tool_dropped",
-            server=self.config.name,
-            tool=tool_names.shown(name),
-            reason=reason,
-        )
-        return False
-
-    def _usable(self, spec: dict[str, Any], refused: dict[str, str]) -> bool:
-        """A tool whose input schema cannot be used (mcp/schemas.py: not an object schema,
-        too deep, too large, invalid) is dropped, and so (2026-07-28) is one whose
-        `x-mcp-header` annotations are invalid: a warning names it and says why."""
-        schema = spec.get("inputSchema")
-        reason = schemas.unusable(schema) or inbound.find_invalid_x_mcp_header(schema)
-        if reason is not None:
-            name = str(spec["name"])
-            refused[name] = reason
-            log.warning(
-                "mcp_client.tool_dropped", server=self.config.name, tool=name, reason=reason
-            )
-        return reason is None
-
     def advertised_name(self, remote_name: str) -> str:
-        return (
-            f"{self.config.prefix}{PREFIX_SEPARATOR}{remote_name}"
-            if self.config.prefix
-            else remote_name
-        )
-
-    def _tool(self, spec: dict[str, Any]) -> McpTool:
-        meta = spec.get("_meta") or {}
-        return McpTool(
-            name=self.advertised_name(spec["name"]),
-            remote_name=spec["name"],
-            server=self.config.name,
-            description=spec.get("description") or "",
-            input_schema=spec.get("inputSchema") or {"type": "object", "properties": {}},
-            requires_approval=bool(meta.get(REQUIRES_APPROVAL_META_KEY))
-            if isinstance(meta, dict)
-            else False,
-            task_support=_task_support(spec),
-        )
+        return listing.advertised_name(self.config, remote_name)
 
     async def call_tool(
         self,
@@ -239,9 +156,10 @@ class McpClient:
             params["requestState"] = request_state
         if task is not None:
             params["task"] = task
+        sessions = self.hub.sessions
         shared = self.config.session == "process"
         if shared:  # another loop of this process may have recovered the shared session
-            session_id = shared_sessions.current(self.config) or session_id
+            session_id = sessions.current(self.config) or session_id
         used = session_id
         if not session_id and self._ends_sessions:
             # No stored session: agentd ended it with DELETE after the loop finished, and
@@ -265,15 +183,17 @@ class McpClient:
                 jsonrpc.request("tools/call", params), session_id, context, exchanges
             )
         if shared and session_id != used:  # every loop of the process uses the new one
-            shared_sessions.replaced(self.config, used, session_id)
-        outcome = _outcome(delivery.body, session_id, exchanges, refused=delivery.refused)
-        if _is_client_bug(outcome.error_code, arguments, input_schema):
+            sessions.replaced(self.config, used, session_id)
+        elif self.config.session == "auto" and is_synthetic(used) and not is_synthetic(session_id):
+            sessions.now_stateful(self.config)  # it issues session ids now: stop sharing it
+        outcome = outcomes.outcome(delivery.body, session_id, exchanges, refused=delivery.refused)
+        if outcomes.is_client_bug(outcome.error_code, arguments, input_schema):
             log.error(
                 "mcp_client.request_rejected", server=self.config.name, tool=remote_name,
                 method="tools/call", code=outcome.error_code, error=outcome.text,
             )  # fmt: skip
             outcome.client_error = outcome.error_code
-            outcome.text = CLIENT_BUG_TEXT.format(error=outcome.text)
+            outcome.text = outcomes.CLIENT_BUG_TEXT.format(error=outcome.text)
         return outcome
 
     async def _cancelled(
@@ -336,7 +256,7 @@ class McpClient:
         delivery = await self._deliver(
             jsonrpc.request("tasks/result", {"taskId": task_id}), session_id, context, exchanges
         )
-        return _outcome(delivery.body, session_id, exchanges, refused=delivery.refused)
+        return outcomes.outcome(delivery.body, session_id, exchanges, refused=delivery.refused)
 
     # -- prompts & resources -------------------------------------------------------------
 
@@ -418,7 +338,7 @@ class McpClient:
             # mcp.session.id: the session as agentd knows it, agentd's own id for a server
             # without sessions (stdio, in-process, stateless HTTP) included.
             shown = session_id or span_session
-            with tracing.span(**_span_of(self, payload, shown)) as span:
+            with tracing.span(**self._span_of(payload, shown)) as span:
                 try:
                     delivery = await self.transport.deliver(
                         payload, session_id=wire_session, context=context
@@ -439,6 +359,9 @@ class McpClient:
                 )
             )  # fmt: skip
             raise
+        for note in getattr(delivery, "notifications", None) or []:
+            if isinstance(note, dict) and note.get("method") == TOOLS_CHANGED:
+                self.hub.sessions.tools_changed(self.config)  # later loops list them again
         exchanges.append(
             Exchange(
                 server=self.config.name, method=method, raw_request=delivery.raw_request,
@@ -450,37 +373,23 @@ class McpClient:
         )  # fmt: skip
         return delivery
 
-
-def _span_of(client: McpClient, payload: dict[str, Any], session: str | None) -> dict[str, Any]:
-    """An MCP client span, after the semantic conventions: `{method} {tool}` for tools/call."""
-    method = str(payload.get("method"))
-    params = payload.get("params") or {}
-    tool = params.get("name") if method == "tools/call" else None
-    return {
-        "name": f"{method} {tool}" if tool else method,
-        "client": True,
-        "attributes": {
-            "mcp.method.name": method,
-            "mcp.session.id": session,
-            "jsonrpc.request.id": str(payload["id"]) if "id" in payload else None,
-            "gen_ai.tool.name": tool,
-            "agentd.mcp.server": client.config.name,
-            "agentd.mcp.transport": client.transport_kind,
-        },
-    }
-
-
-def _is_client_bug(
-    code: int | None, arguments: dict[str, Any] | None, schema: dict[str, Any] | None
-) -> bool:
-    if code in CLIENT_BUG_CODES:
-        return True
-    if code != jsonrpc.INVALID_PARAMS or not isinstance(schema, dict):
-        return False
-    try:
-        return bool(jsonschema.Draft202012Validator(schema).is_valid(arguments or {}))
-    except jsonschema.SchemaError:
-        return False  # the server's schema is broken; the error may well be about it
+    def _span_of(self, payload: dict[str, Any], session: str | None) -> dict[str, Any]:
+        """An MCP client span, after the semantic conventions: `{method} {tool}` for tools/call."""
+        method = str(payload.get("method"))
+        params = payload.get("params") or {}
+        tool = params.get("name") if method == "tools/call" else None
+        return {
+            "name": f"{method} {tool}" if tool else method,
+            "client": True,
+            "attributes": {
+                "mcp.method.name": method,
+                "mcp.session.id": session,
+                "jsonrpc.request.id": str(payload["id"]) if "id" in payload else None,
+                "gen_ai.tool.name": tool,
+                "agentd.mcp.server": self.config.name,
+                "agentd.mcp.transport": self.transport_kind,
+            },
+        }
 
 
 def _idempotency_key_of(context: CallContext | None) -> str | None:
@@ -489,91 +398,3 @@ def _idempotency_key_of(context: CallContext | None) -> str | None:
     if context.idempotency_key:
         return context.idempotency_key
     return idempotency_key(context.tool_call_id) if context.tool_call_id is not None else None
-
-
-def _task_support(spec: dict[str, Any]) -> str | None:
-    execution = spec.get("execution")
-    support = execution.get("taskSupport") if isinstance(execution, dict) else None
-    return support if support in ("optional", "required") else None
-
-
-def runs_tasks(capabilities: dict[str, Any]) -> bool:
-    """Does a server take task-augmented tools/call? (2025-11-25 `tasks` capability, or the
-    2026-07-28 tasks extension.)"""
-    tasks = capabilities.get("tasks")
-    if isinstance(tasks, dict):
-        requests = tasks.get("requests") or {}
-        tools = requests.get("tools") if isinstance(requests, dict) else None
-        if isinstance(tools, dict) and "call" in tools:
-            return True
-    extensions = capabilities.get("extensions")
-    return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
-
-
-def _outcome(
-    body: dict[str, Any] | None,
-    session_id: str,
-    exchanges: list[Exchange],
-    *,
-    refused: list[str] | None = None,
-) -> ToolOutcome:
-    asked = [m for m in refused or [] if m in ("elicitation/create", "sampling/createMessage")]
-    if (err := jsonrpc.error_of(body)) is not None:
-        code = err.get("code")
-        text = jsonrpc.describe_error(err)
-        if asked:
-            text = f"{ELICITATION_UNSUPPORTED} (it sent {', '.join(asked)}). {text}"
-        return ToolOutcome(
-            text=text, structured=None, is_error=True, session_id=session_id,
-            exchanges=exchanges, error_code=code if isinstance(code, int) else None,
-        )  # fmt: skip
-    result = body.get("result") if body else None
-    if not isinstance(result, dict):
-        raise McpError("MCP server answered tools/call without a result object")
-    if asked:
-        # The server's own message (often "Error executing tool") follows ours.
-        said = "\n".join(
-            _content_text(c) for c in result.get("content") or [] if isinstance(c, dict)
-        )
-        return ToolOutcome(
-            text=f"{ELICITATION_UNSUPPORTED} (it sent {', '.join(asked)})."
-            + (f" The server said: {said}" if said else ""),
-            structured=None, is_error=True, session_id=session_id, exchanges=exchanges,
-        )  # fmt: skip
-    if result.get("resultType") == "input_required":
-        return ToolOutcome(
-            text="", structured=None, is_error=False, session_id=session_id, exchanges=exchanges,
-            input_required={
-                "inputRequests": result.get("inputRequests") or {},
-                "requestState": result.get("requestState"),
-            },
-        )  # fmt: skip
-    task = result.get("task")
-    if isinstance(task, dict) and isinstance(task.get("taskId"), str) and "content" not in result:
-        return ToolOutcome(
-            text="", structured=None, is_error=False, session_id=session_id, exchanges=exchanges,
-            task=task,
-        )  # fmt: skip
-    content = [c for c in result.get("content") or [] if isinstance(c, dict)]
-    structured = result.get("structuredContent")
-    text = "\n".join(_content_text(c) for c in content)
-    if not text and structured is not None:
-        text = json.dumps(structured, ensure_ascii=False)
-    return ToolOutcome(
-        text=text, structured=structured, is_error=bool(result.get("isError")),
-        session_id=session_id, exchanges=exchanges, content=content,
-    )  # fmt: skip
-
-
-def _content_text(block: dict[str, Any]) -> str:
-    kind = block.get("type")
-    if kind == "text":
-        return str(block.get("text", ""))
-    if kind == "resource":
-        resource = block.get("resource") or {}
-        return str(resource.get("text") or f"[resource: {resource.get('uri', '')}]")
-    if kind == "resource_link":
-        return f"[resource: {block.get('uri', '')}]"
-    if kind in ("image", "audio"):
-        return f"[{kind}: {block.get('mimeType', 'unknown')}]"
-    return json.dumps(block, ensure_ascii=False)

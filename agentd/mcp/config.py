@@ -35,9 +35,11 @@ class McpServerConfig(BaseModel):
     prefix: str | None = None
     session_recovery: Literal["auto", "fail"] = "auto"
     #: "loop": each loop opens its own session (a stateful server keeps loops apart);
-    #: "process": one session and one tool listing per worker process serve every loop.
-    session: Literal["loop", "process"] = "loop"
-    #: "process" only: seconds before the shared session and its tool list are renewed.
+    #: "process": one session and one tool listing per worker process serve every loop;
+    #: "auto": "process" for an HTTP server that issues no session id, else a session per
+    #: loop with the tool listing cached per server version (mcp/shared_sessions.py).
+    session: Literal["auto", "loop", "process"] = "auto"
+    #: "process"/"auto": seconds before a shared session or cached tool list is renewed.
     session_ttl: float = Field(default=300.0, gt=0)
     timeout: float = Field(default=60.0, gt=0)
     command: list[str] | None = None

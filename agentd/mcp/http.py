@@ -5,28 +5,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
 from agentd import redact
 from agentd.errors import McpError, McpSessionInvalid
-from agentd.llm import http_pool
-from agentd.mcp import eras, jsonrpc, schemas, server_facts, sse
+from agentd.mcp import eras, http_stream, jsonrpc
+from agentd.mcp.hub import McpHub
 from agentd.mcp.port import CallContext, DeliveryResult
 from agentd.mcp.transport_errors import map_transport_errors
 from agentd.observability import tracing
 
-_SNIPPET = 200
-_ROUTING = {"mcp-method", "mcp-name", "content-length"}
 _MAX_LIST_PAGES = 50
-_MAX_RESUMES = 3
-_DEFAULT_RETRY_MS = 1000
-_MAX_RETRY_MS = 10_000  # a server's `retry` is honoured, within reason
 VERSION_HEADER = "MCP-Protocol-Version"
 
 
@@ -46,8 +38,8 @@ class HttpTransport:
     """Deliver JSON-RPC envelopes with POST; map `Mcp-Session-Id` to the port's `session_id`.
 
     The protocol era is detected with one `server/discover` probe per server URL per
-    process (`agentd.mcp.server_facts`), not per transport object: transports are built
-    per job. A session or era error forgets the verdict, so the next request re-probes.
+    process (the hub's `server_facts.FactsBook`), not per transport object: transports are
+    built per job. A session or era error forgets the verdict, so the next request re-probes.
     `era=` pins it for this instance. Safe for concurrent use: a race merely probes twice.
 
     Handshake era: every request after `initialize` carries `MCP-Protocol-Version` (the
@@ -66,6 +58,7 @@ class HttpTransport:
         timeout: float = 60.0,
         era: eras.Era | None = None,
         client: httpx.AsyncClient | None = None,
+        hub: McpHub | None = None,
     ) -> None:
         self.url = url
         self.api_token = api_token
@@ -74,9 +67,12 @@ class HttpTransport:
         self.timeout = timeout
         self._client = client
         self._pinned = era
+        # Without a hub this transport learns alone (tests, one-off clients).
+        self._hub = hub if hub is not None else McpHub(http=client)
+        self.facts = self._hub.facts
 
     def era(self) -> eras.Era | None:
-        return self._pinned or server_facts.of(self.url).era
+        return self._pinned or self.facts.of(self.url).era
 
     async def deliver(
         self,
@@ -102,7 +98,7 @@ class HttpTransport:
     async def _deliver_handshake(
         self, payload: dict[str, Any], session_id: str | None
     ) -> HttpDeliveryResult:
-        facts = server_facts.of(self.url)
+        facts = self.facts.of(self.url)
         method = payload.get("method")
         extra: dict[str, str] = {}
         if method != "initialize":
@@ -113,7 +109,7 @@ class HttpTransport:
         if method == "initialize":
             chosen = _result_of(result.body).get("protocolVersion")
             if chosen in eras.HANDSHAKE_VERSIONS:
-                server_facts.of(self.url).protocol_version = chosen
+                self.facts.of(self.url).protocol_version = chosen
         return result
 
     async def _deliver_modern(self, payload: dict[str, Any]) -> HttpDeliveryResult:
@@ -138,7 +134,7 @@ class HttpTransport:
             and isinstance(params, dict)
         ):
             # Our x-mcp-header map may predate a change of the tool: list again, retry once.
-            server_facts.of(self.url).param_headers = None
+            self.facts.of(self.url).param_headers = None
             routing = {**base, **await self._param_headers(params)}
             result = await self._post(stamped, None, routing, era="modern")
             err = jsonrpc.error_of(result.body)
@@ -147,14 +143,14 @@ class HttpTransport:
                 # Spurious (the server lists our version): retry once, as the spec asks.
                 result = await self._post(stamped, None, routing, era="modern")
             else:
-                server_facts.forget(self.url)
+                self.facts.forget(self.url)
                 raise McpSessionInvalid(
                     f"MCP server {self.url} no longer speaks {eras.MODERN_VERSION} "
                     f"({jsonrpc.describe_error(err)})"
                 )
         elif _lost_stateless(result):
             # Answered like a handshake-era server asking for a session: it was replaced.
-            server_facts.forget(self.url)
+            self.facts.forget(self.url)
             raise McpSessionInvalid(
                 f"MCP server {self.url} asks for a session now (HTTP {result.status})"
             )
@@ -162,7 +158,7 @@ class HttpTransport:
             tools = _result_of(result.body).get("tools")
             if isinstance(tools, list):
                 first = not (isinstance(params, dict) and params.get("cursor"))
-                server_facts.remember_tools(self.url, tools, first_page=first)
+                self.facts.remember_tools(self.url, tools, first_page=first)
         return result
 
     async def terminate(self, session_id: str) -> bool:
@@ -171,7 +167,7 @@ class HttpTransport:
         if self.api_token:
             headers["Authorization"] = f"Bearer {self.api_token}"
         headers["Mcp-Session-Id"] = session_id
-        facts = server_facts.of(self.url)
+        facts = self.facts.of(self.url)
         headers[VERSION_HEADER] = facts.protocol_version or eras.LATEST_HANDSHAKE_VERSION
         with map_transport_errors(self.url, timeout=self.timeout):
             async with asyncio.timeout(self.timeout), self._session() as client:
@@ -180,7 +176,7 @@ class HttpTransport:
 
     async def _param_headers(self, params: dict[str, Any]) -> dict[str, str]:
         """`Mcp-Param-*` for this call; lists the tools first if this process never did."""
-        if server_facts.of(self.url).param_headers is None:
+        if self.facts.of(self.url).param_headers is None:
             cursor: str | None = None
             for page in range(_MAX_LIST_PAGES):
                 listing = jsonrpc.request("tools/list", {"cursor": cursor} if cursor else {})
@@ -188,21 +184,21 @@ class HttpTransport:
                 answer = await self._post(stamped, None, routing, era="modern")
                 result = _result_of(answer.body)
                 tools = result.get("tools")
-                server_facts.remember_tools(
+                self.facts.remember_tools(
                     self.url, tools if isinstance(tools, list) else [], first_page=page == 0
                 )
                 cursor = result.get("nextCursor")
                 if not isinstance(cursor, str) or not cursor:
                     break
         name, arguments = str(params.get("name")), params.get("arguments")
-        return server_facts.param_headers(self.url, name, arguments)
+        return self.facts.param_headers(self.url, name, arguments)
 
     async def _probe(self) -> HttpDeliveryResult | None:
         """POST `server/discover`: the exchange if the server speaks 2026-07-28, else None.
 
         Single-flight per URL and credentials: loops that start together share one probe."""
         key = (self.url, self.api_token)
-        flights = _PROBES.setdefault(asyncio.get_running_loop(), {})
+        flights = self.facts.probes
         flight = flights.get(key)
         if flight is None:
             flight = flights[key] = asyncio.ensure_future(self._probe_once())
@@ -210,7 +206,7 @@ class HttpTransport:
         return await asyncio.shield(flight)
 
     async def _probe_once(self) -> HttpDeliveryResult | None:
-        facts = server_facts.of(self.url)
+        facts = self.facts.of(self.url)
         result: HttpDeliveryResult | None = None
         for attempt in range(2):
             stamped, routing = eras.stamp(eras.discover_request())
@@ -277,7 +273,8 @@ class HttpTransport:
                     if message.get("method") != "ping":
                         refused.append(str(message.get("method")))
                     reply = jsonrpc.dumps(jsonrpc.refusal(message))
-                    back = {k: v for k, v in headers.items() if k.lower() not in _ROUTING}
+                    routing = http_stream.ROUTING
+                    back = {k: v for k, v in headers.items() if k.lower() not in routing}
                     if sid := response.headers.get("mcp-session-id"):
                         back["Mcp-Session-Id"] = sid
                     with contextlib.suppress(httpx.HTTPError):
@@ -289,17 +286,17 @@ class HttpTransport:
                     ctype = response.headers.get("content-type", "")
                     notes: list[dict[str, Any]] = []
                     if "text/event-stream" in ctype and status < 400:
-                        raw_response, body, notes, resume = await _read_sse(
+                        raw_response, body, notes, resume = await http_stream.read_sse(
                             response, payload.get("id"), answer
                         )
                         if resume is not None:
-                            raw_response, body = await self._resume(
-                                client, headers, response, payload.get("id"), answer,
+                            raw_response, body = await http_stream.resume(
+                                self.url, client, headers, response, payload.get("id"), answer,
                                 resume, raw_response, notes,
                             )  # fmt: skip
                     else:
                         raw_response = (await response.aread()).decode("utf-8", errors="replace")
-                        body = _parse_json(raw_response)
+                        body = http_stream.parse_json(raw_response)
                 finally:
                     await response.aclose()
         duration = time.monotonic() - started
@@ -321,43 +318,6 @@ class HttpTransport:
         self._check(result, session_id=session_id, expects_answer=expects_answer, parsed=body)
         return result
 
-    async def _resume(
-        self,
-        client: httpx.AsyncClient,
-        headers: dict[str, str],
-        response: httpx.Response,
-        request_id: Any,
-        answer: Callable[[dict[str, Any]], Awaitable[None]],
-        resume: tuple[str, float],
-        raw_response: str,
-        notes: list[dict[str, Any]],
-    ) -> tuple[str, Any]:
-        """The answer's stream closed before the answer: reconnect with `GET` and
-        `Last-Event-ID` after the server's `retry` delay (SEP-1699), a few times at most."""
-        back = {k: v for k, v in headers.items() if k.lower() not in _ROUTING | {"content-type"}}
-        back["Accept"] = "text/event-stream"
-        if sid := response.headers.get("mcp-session-id"):
-            back["Mcp-Session-Id"] = sid
-        raw = [raw_response]
-        for _ in range(_MAX_RESUMES):
-            last_id, delay = resume
-            await asyncio.sleep(delay)
-            back["Last-Event-ID"] = last_id
-            async with client.stream("GET", self.url, headers=back) as again:
-                ctype = again.headers.get("content-type", "")
-                if again.status_code >= 400 or "text/event-stream" not in ctype:
-                    raise McpError(
-                        f"MCP server {self.url} closed the stream before answering request "
-                        f"{request_id!r} and refused to resume it (HTTP {again.status_code})"
-                    )
-                more, body, more_notes, next_resume = await _read_sse(again, request_id, answer)
-            raw.append(more)
-            notes.extend(more_notes)
-            if body is not None or next_resume is None:
-                return "".join(raw), body
-            resume = next_resume
-        raise McpError(f"MCP SSE stream ended without a response to request {request_id!r}")
-
     def _check(
         self,
         result: HttpDeliveryResult,
@@ -369,15 +329,15 @@ class HttpTransport:
         status = result.status or 0
         where = f"MCP server {self.url}"
         if status == 404 and session_id:
-            server_facts.forget(self.url)  # restarted, maybe upgraded: probe again
+            self.facts.forget(self.url)  # restarted, maybe upgraded: probe again
             raise McpSessionInvalid(f"{where} no longer knows session {session_id} (HTTP 404)")
         if status == 400 and session_id and "protocol version" in result.raw_response.lower():
-            server_facts.forget(self.url)  # our remembered version is not the server's
+            self.facts.forget(self.url)  # our remembered version is not the server's
             raise McpSessionInvalid(f"{where} refused protocol version (HTTP 400)")
         if status in (401, 403):
             raise McpError(f"{where} rejected the credentials (HTTP {status})", http_status=status)
-        if parsed is _GARBAGE:
-            snippet = result.raw_response[:_SNIPPET]
+        if parsed is http_stream.GARBAGE:
+            snippet = result.raw_response[: http_stream.SNIPPET]
             raise McpError(
                 f"{where} answered HTTP {status} with a non-JSON body: {snippet!r}",
                 http_status=status,
@@ -392,37 +352,7 @@ class HttpTransport:
             )
 
     def _session(self) -> contextlib.AbstractAsyncContextManager[httpx.AsyncClient]:
-        return contextlib.nullcontext(self._client or shared_client(self.url))
-
-
-# One client per origin per event loop for transports given none (the engine passes its own
-# pooled client): building an AsyncClient (and its TLS context) per request was the cost.
-# No keep-alive here, because nothing closes these clients: an idle pooled socket would
-# outlive its event loop. Timeouts come from each transport's asyncio.timeout.
-_SHARED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, httpx.AsyncClient]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-_PROBES: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop,
-    dict[tuple[str, str | None], asyncio.Future[HttpDeliveryResult | None]],
-] = weakref.WeakKeyDictionary()
-
-
-def shared_client(url: str) -> httpx.AsyncClient:
-    parts = urlsplit(url)
-    origin = f"{parts.scheme}://{parts.netloc}"
-    clients = _SHARED.setdefault(asyncio.get_running_loop(), {})
-    client = clients.get(origin)
-    if client is None or client.is_closed:
-        client = clients[origin] = http_pool.pooled_client(
-            max_connections=100, max_keepalive=0, timeout=None
-        )
-    return client
-
-
-_GARBAGE: object = object()
+        return contextlib.nullcontext(self._client or self._hub.client_for(self.url))
 
 
 def _result_of(body: dict[str, Any] | None) -> dict[str, Any]:
@@ -437,65 +367,3 @@ def _lost_stateless(result: HttpDeliveryResult) -> bool:
     err = jsonrpc.error_of(result.body) or {}
     said = str(err.get("message") or result.raw_response).lower()
     return "session" in said
-
-
-def _parse_json(text: str) -> Any:
-    if not text.strip():
-        return None
-    try:
-        return schemas.parse(text)  # nested too deep for json: read bounded, not raised
-    except ValueError:
-        return _GARBAGE
-
-
-async def _read_sse(
-    response: httpx.Response,
-    request_id: Any,
-    answer: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
-) -> tuple[str, Any, list[dict[str, Any]], tuple[str, float] | None]:
-    """Read events until the response whose id matches `request_id`; earlier messages are
-    notes, and server→client requests among them are answered through `answer`.
-
-    A stream that ends first but named an event id is resumable: the last item is then
-    `(last_event_id, retry_seconds)` and the body None."""
-    lines: list[str] = []
-    parser = sse.EventParser()
-    notes: list[dict[str, Any]] = []
-    asks: list[dict[str, Any]] = []
-
-    def take(event: sse.Event | None) -> Any:
-        if event is None or not event.data.strip():
-            return None
-        try:
-            message = schemas.parse(event.data)
-        except ValueError as exc:
-            raise McpError(
-                f"MCP server sent a non-JSON SSE event: {event.data[:_SNIPPET]!r}"
-            ) from exc
-        if jsonrpc.is_response(message) and message.get("id") == request_id:
-            return message
-        notes.append(message)
-        if jsonrpc.is_server_request(message):
-            asks.append(message)
-        return None
-
-    async for line in _lines(response):
-        lines.append(line)
-        if (found := take(parser.feed_line(line))) is not None:
-            return "\n".join(lines) + "\n", found, notes, None
-        while asks and answer is not None:
-            await answer(asks.pop(0))
-    if (found := take(parser.flush())) is not None:
-        return "\n".join(lines), found, notes, None
-    if request_id is None:
-        return "\n".join(lines), None, notes, None
-    if parser.last_event_id is not None:
-        retry = parser.retry if parser.retry is not None else _DEFAULT_RETRY_MS
-        delay = min(retry, _MAX_RETRY_MS) / 1000
-        return "\n".join(lines) + "\n", None, notes, (parser.last_event_id, delay)
-    raise McpError(f"MCP SSE stream ended without a response to request {request_id!r}")
-
-
-async def _lines(response: httpx.Response) -> AsyncIterator[str]:
-    async for line in response.aiter_lines():
-        yield line

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentd.errors import ConfigError, McpError, UnknownTool
-from agentd.mcp import shared_sessions
-from agentd.mcp.client import McpClient, runs_tasks
+from agentd.mcp.client import McpClient
 from agentd.mcp.config import McpServerConfig
+from agentd.mcp.hub import McpHub
+from agentd.mcp.outcomes import runs_tasks
 from agentd.mcp.port import CallContext
-from agentd.mcp.records import Exchange, McpTool, SessionInfo, ToolOutcome
+from agentd.mcp.records import Exchange, McpTool, ToolOutcome
+from agentd.mcp.shared_sessions import Opened
 
 if TYPE_CHECKING:
     import httpx
@@ -64,12 +67,16 @@ async def open_toolbox(
     context: CallContext | None = None,
     *,
     http: httpx.AsyncClient | None = None,
+    hub: McpHub | None = None,
 ) -> Toolbox:
+    """Open `configs`' servers at once. `hub`: the process's (sessions and listings shared
+    by `session = "process"` / `"auto"`); without one, nothing is shared."""
     names = [c.name for c in configs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ConfigError(f"MCP server names must be unique per agent: {', '.join(duplicates)}")
-    clients = {c.name: McpClient(c, http=http) for c in configs}
+    hub = hub if hub is not None else McpHub(http=http)
+    clients = {c.name: McpClient(c, http=http, hub=hub) for c in configs}
     results = await asyncio.gather(
         *(_open(client, context) for client in clients.values()), return_exceptions=True
     )
@@ -108,19 +115,41 @@ async def open_toolbox(
     return Toolbox(tools=tools, sessions=sessions, clients=clients, exchanges=exchanges)
 
 
-async def _open(
-    client: McpClient, context: CallContext | None
-) -> tuple[SessionInfo, list[McpTool], list[Exchange]]:
-    if client.config.session == "process":
-        return await shared_sessions.open_shared(client.config, lambda: _open_new(client, context))
-    return await _open_new(client, context)
+async def _open(client: McpClient, context: CallContext | None) -> Opened:
+    config, sessions = client.config, client.hub.sessions
+    if config.url is None or config.session == "loop":
+        return await _open_new(client, context)  # only HTTP sessions are ever shared
+    if config.session == "process":
+        return await _shared(sessions.open_shared(config, lambda: _open_new(client, context)))
+    # "auto": the first open tells; a server that issues a session id keeps one per loop.
+    if not sessions.stateful(config):
+        opened = await sessions.open_shared(
+            config, lambda: _open_new(client, context, cached=True), share=lambda i: i.stateless
+        )
+        if opened is not None:
+            return opened
+    return await _open_new(client, context, cached=True)
+
+
+async def _shared(opening: Awaitable[Opened | None]) -> Opened:
+    opened = await opening
+    assert opened is not None  # "process" shares whatever the server answers
+    return opened
 
 
 async def _open_new(
-    client: McpClient, context: CallContext | None
-) -> tuple[SessionInfo, list[McpTool], list[Exchange]]:
+    client: McpClient, context: CallContext | None, *, cached: bool = False
+) -> Opened:
+    """A session of the loop's own; `cached`: its tools from the process's listing of this
+    server at this version when there is one (no `tools/list` then)."""
     info = await client.initialize(context)
-    tools, exchanges = await client.list_tools(info.session_id, context)
+    sessions = client.hub.sessions
+    tools = sessions.listing(client.config, info) if cached else None
+    exchanges: list[Exchange] = []
+    if tools is None:
+        tools, exchanges = await client.list_tools(info.session_id, context)
+        if cached:
+            sessions.keep_listing(client.config, info, tools)
     if runs_tasks(info.metadata.get("capabilities") or {}):
         # Stored with the session: ToolExecution asks these tools for task execution.
         task_tools = {t.remote_name: t.task_support for t in tools if t.task_support}

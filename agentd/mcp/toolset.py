@@ -1,5 +1,7 @@
 """`Toolset`: an in-process MCP server declared with decorators; it is its own transport.
 
+`tool` and `prompt` (agentd.tool / agentd.prompt) mark functions for `Toolset.include`.
+
 `deliver` (and the transport-free `handle`) dispatch initialize / server/discover /
 notifications / ping / tools/list / tools/call / prompts/list / prompts/get. The JSON
 boundary is kept: the payload is serialised and parsed again, so local and remote
@@ -13,42 +15,23 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import pydantic
 
 from agentd.errors import ToolArgumentsInvalid
 from agentd.json_types import JSONValue
-from agentd.mcp import eras, jsonrpc, tool_names
+from agentd.mcp import eras, jsonrpc, marks, tool_names
 from agentd.mcp.handlers import Handler
+from agentd.mcp.marks import prompt, tool
 from agentd.mcp.port import IDEMPOTENCY_META_KEY, CallContext, DeliveryResult
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
+    pass
 
 REQUIRES_APPROVAL_META_KEY = "agentd/requiresApproval"
-#: Where `agentd.tool` / `agentd.prompt` leave their options on a function, for `include`.
-_TOOL_MARK = "__agentd_tool__"
-_PROMPT_MARK = "__agentd_prompt__"
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class ToolOptions(TypedDict, total=False):
-    """What `agentd.tool(...)` may say: the keyword arguments of `Toolset.tool`."""
-
-    name: str | None
-    description: str | None
-    input_schema: dict[str, Any] | None
-    requires_approval: bool
-
-
-class PromptOptions(TypedDict, total=False):
-    """What `agentd.prompt(...)` may say: the keyword arguments of `Toolset.prompt`."""
-
-    name: str | None
-    description: str | None
-    arguments: list[dict[str, Any]] | None
 
 
 @dataclass
@@ -206,11 +189,11 @@ class Toolset:
     def include(self, *fns: Callable[..., Any]) -> Toolset:
         """Register functions marked with the module-level `agentd.tool` / `agentd.prompt`."""
         for fn in fns:
-            spec = getattr(fn, _TOOL_MARK, None)
+            spec = getattr(fn, marks.TOOL_MARK, None)
             if spec is not None:
                 self.tool(fn, **spec)
                 continue
-            spec = getattr(fn, _PROMPT_MARK, None)
+            spec = getattr(fn, marks.PROMPT_MARK, None)
             if spec is None:
                 raise ValueError(f"{fn!r} is not marked with @agentd.tool or @agentd.prompt")
             self.prompt(fn, **spec)
@@ -413,29 +396,4 @@ def _context_for(
     )
 
 
-@overload
-def tool(fn: F, **options: Unpack[ToolOptions]) -> F: ...
-@overload
-def tool(fn: None = None, **options: Unpack[ToolOptions]) -> Callable[[F], F]: ...
-def tool(fn: F | None = None, **options: Unpack[ToolOptions]) -> F | Callable[[F], F]:
-    """Mark a function as a tool for `Toolset.include` (options as for `Toolset.tool`)."""
-
-    def mark(func: F) -> F:
-        setattr(func, _TOOL_MARK, options)
-        return func
-
-    return mark(fn) if fn is not None else mark
-
-
-@overload
-def prompt(fn: F, **options: Unpack[PromptOptions]) -> F: ...
-@overload
-def prompt(fn: None = None, **options: Unpack[PromptOptions]) -> Callable[[F], F]: ...
-def prompt(fn: F | None = None, **options: Unpack[PromptOptions]) -> F | Callable[[F], F]:
-    """Mark a function as a prompt for `Toolset.include` (options as for `Toolset.prompt`)."""
-
-    def mark(func: F) -> F:
-        setattr(func, _PROMPT_MARK, options)
-        return func
-
-    return mark(fn) if fn is not None else mark
+__all__ = ["REQUIRES_APPROVAL_META_KEY", "PromptSpec", "ToolSpec", "Toolset", "prompt", "tool"]

@@ -12,9 +12,17 @@ from agentd.mcp.stdio import StdioTransport
 if TYPE_CHECKING:
     import httpx
 
+    from agentd.mcp.hub import McpHub
 
-def transport_for(config: McpServerConfig, *, http: httpx.AsyncClient | None = None) -> Transport:
-    """The transport an entry names; `http` is a shared httpx.AsyncClient to reuse."""
+
+def transport_for(
+    config: McpServerConfig,
+    *,
+    http: httpx.AsyncClient | None = None,
+    hub: McpHub | None = None,
+) -> Transport:
+    """The transport an entry names; `http` is a shared httpx.AsyncClient to reuse, `hub`
+    the process's knowledge of its servers (mcp/hub.py)."""
     if config.url is not None:
         return HttpTransport(
             config.url,
@@ -22,6 +30,7 @@ def transport_for(config: McpServerConfig, *, http: httpx.AsyncClient | None = N
             headers=config.headers,
             timeout=config.timeout,
             client=http,
+            hub=hub,
         )
     if config.command is not None:
         return StdioTransport(

@@ -50,7 +50,7 @@ def test_config_agent_has_every_key(monkeypatch: pytest.MonkeyPatch) -> None:
     assert servers[0].api_token == "tok" and servers[0].prefix == "billing"
     assert servers[1].command == ["npx", "server"] and servers[1].timeout == 30
     assert (servers[0].session, servers[2].session, servers[2].session_ttl) == (
-        "loop",
+        "auto",
         "process",
         9,
     )

@@ -72,10 +72,17 @@ def test_the_fingerprint_is_stable_and_names_the_same_version_in_every_process()
         {"mcp_prefix": "store"},
         {"mcp_tools": ["refund"]},
         {"mcp_session": "process"},
+        {"mcp_session": "loop"},
     ],
 )
 def test_every_part_of_the_definition_is_a_new_version(edits: dict[str, Any]) -> None:
     assert version(changed(**edits)).id != version(BASE).id
+
+
+def test_an_unset_session_mode_is_the_default_auto() -> None:
+    assert version(changed(mcp_session="auto")).id == version(BASE).id
+    (server,) = version(BASE).definition["mcps"]["servers"]
+    assert server["session"] == "auto"
 
 
 def test_the_same_definition_under_another_name_is_another_version() -> None:

@@ -3,9 +3,10 @@
 Position: before NetworkCalling. Reads: ctx.agent. Writes: mcp_sessions, mcp_tools (fenced
 by the turn's token), ctx.tools, ctx.tool_specs; during an MCP outage, the turn's deferral
 (fenced) and a `turn.deferred` event. Finalizer: no. When every server's session is shared
-by the process (`session = "process"`) and the stack finalizes with ResponseParsing (the
-stack builder decides it once, `defers_record`, pipeline/stacks.py), the rows are left in
-ctx.unrecorded for the finalize to write with the turn (no statement here).
+by the process (`session = "process"`, or "auto" with a server without sessions) and the
+stack finalizes with ResponseParsing (the stack builder decides it once, `defers_record`,
+pipeline/stacks.py), the rows are left in ctx.unrecorded for the finalize to write with the
+turn (no statement here).
 Discovery runs on a loop's first turn (with refresh_mcp_tools), when the loop has no
 sessions yet, when the set of server names changed, or when the tools were listed under
 another agent version than the loop's (an upgrade may rename prefixes or whitelists: each
@@ -41,6 +42,7 @@ from agentd.db.pool import connection
 from agentd.engine.context import TurnContext
 from agentd.errors import AgentdError, FenceLost, ToolTimeout, ToolTransportError
 from agentd.llm.types import ToolSpec
+from agentd.mcp import shared_sessions
 from agentd.mcp.config import McpServerConfig
 from agentd.mcp.port import CallContext
 from agentd.pipeline.builder import Handler
@@ -183,6 +185,16 @@ def _listed_under_other_version(
     return bool(seen - {None, version})
 
 
+def _all_shared(sessions: list[dict[str, Any]]) -> bool:
+    """Is every session one the process shares (`session = "process"`, or "auto" with a
+    server that issues no session id)? Then the rows describe the tools and no session of
+    the loop's own, so they may wait for the finalize and be held for the next turn."""
+    return bool(sessions) and all(
+        (s.get("metadata") or {}).get(shared_sessions.SHARED_KEY) is True for s in sessions
+    )
+
+
+
 class ToolDiscovery:
     def __init__(self, app: Handler[TurnContext], *, defers_record: bool = False) -> None:
         self.app = app
@@ -195,9 +207,6 @@ class ToolDiscovery:
         configs = await agent_mcp_configs(ctx.agent)
         ctx.mcp_timeouts = [c.timeout for c in configs]
         if configs:
-            # Every session the process's: the rows describe the tools, no session of the
-            # loop's own, so they may wait for the finalize and be held for the next turn.
-            shared = all(c.session == "process" for c in configs)
             pre = ctx.prefetch
             if pre is not None:  # the claim read them; a steady-state turn queries nothing
                 sessions, rows = pre.mcp_sessions, pre.mcp_tools
@@ -209,12 +218,12 @@ class ToolDiscovery:
             known = {s["mcp_name"] for s in sessions}
             names = {c.name for c in configs}
             if fresh or known != names or _listed_under_other_version(ctx, sessions, names):
-                discovered = await self._discover(ctx, configs, shared)
+                discovered = await self._discover(ctx, configs)
                 if discovered is None:
                     return  # deferred: the turn is queued again, due after a back-off
                 rows, sessions = discovered
             ctx.tools = rows
-            if shared:
+            if _all_shared(sessions):  # nothing in the rows can change under the next turn
                 ctx.shared_sessions = sessions
             ctx.tool_specs = [
                 ToolSpec(
@@ -227,7 +236,7 @@ class ToolDiscovery:
         await self.app(ctx)
 
     async def _discover(
-        self, ctx: TurnContext, configs: list[McpServerConfig], shared: bool
+        self, ctx: TurnContext, configs: list[McpServerConfig]
     ) -> tuple[list[Any], list[dict[str, Any]]] | None:
         """The loop's tools and sessions as found; None: the turn was deferred."""
         box = await self._open(ctx, configs)
@@ -257,7 +266,7 @@ class ToolDiscovery:
             ],
         )
         wire = mcp_events(box.exchanges, loop_id=ctx.loop.id)
-        if self.defers_record and shared:
+        if self.defers_record and _all_shared(found.sessions):
             # No server-side session is this loop's own (the session ender never ends
             # one): the rows go in with the turn's finalize, in its statement, where the
             # turn's tool calls are written; a turn that ends otherwise leaves them out and
@@ -291,7 +300,7 @@ class ToolDiscovery:
         retry = 0
         while True:
             try:
-                return await open_toolbox(configs, context, http=ctx.runtime.mcp_http)
+                return await open_toolbox(configs, context, hub=ctx.runtime.mcp)
             except Exception as exc:  # not CancelledError: a pause or stop ends the turn here
                 if not retryable(exc):
                     raise

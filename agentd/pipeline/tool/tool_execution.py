@@ -30,7 +30,8 @@ from agentd.agent import agent_mcp_configs
 from agentd.db.pool import connection, transaction
 from agentd.engine.context import ToolContext
 from agentd.errors import FenceLost, McpError, ToolError
-from agentd.mcp.client import TASK_TERMINAL, McpClient
+from agentd.mcp.client import McpClient
+from agentd.mcp.outcomes import TASK_TERMINAL
 from agentd.mcp.port import CallContext, idempotency_key
 from agentd.mcp.records import ToolOutcome
 from agentd.pipeline.builder import Handler
@@ -159,7 +160,7 @@ class ToolExecution:
                 None,
                 None,
             )
-        client = McpClient(config, http=ctx.runtime.mcp_http)
+        client = McpClient(config, hub=ctx.runtime.mcp)
         context = CallContext(
             agent=agent,
             loop=ctx.loop,

@@ -12,10 +12,10 @@ import pytest
 from mcp_peer_process import PeerProcess
 
 from agentd.db.pool import Pool, connection
-from agentd.mcp import server_facts
 from agentd.mcp.client import McpClient
 from agentd.mcp.config import McpServerConfig
 from agentd.mcp.http import HttpTransport
+from agentd.mcp.hub import McpHub
 from agentd.mcp.records import Exchange
 from agentd.mcp.toolbox import open_toolbox
 from agentd.registry import AgentRegistry
@@ -27,11 +27,6 @@ from agentd.testing.fake_llm import FakeLLM, Reply, Rule, ToolCall
 pytestmark = pytest.mark.slow
 
 PEERS = Path(__file__).parent / "peers"
-
-
-@pytest.fixture(autouse=True)
-def fresh_facts() -> None:
-    server_facts.clear()
 
 
 def header(exchange: Exchange, name: str) -> str | None:
@@ -99,9 +94,8 @@ async def test_a_tool_with_an_x_mcp_header_parameter_is_called_with_the_header(
         assert outcome.text == f"{region}: sunny for 2 day(s)"
         sent = header(outcome.exchanges[-1], "Mcp-Param-Region")
         assert sent is not None and (sent == region or sent.startswith("=?base64?"))
-        # A new process (nothing remembered) calls it straight away: the transport lists
-        # the tools itself to learn which arguments travel as headers.
-        server_facts.clear()
+        # A new process (a hub of its own: nothing remembered) calls it straight away: the
+        # transport lists the tools itself to learn which arguments travel as headers.
         fresh = McpClient(config)
         again = await fresh.call_tool(
             "forecast", {"region": region}, session_id=box.sessions["sdk"].session_id
@@ -109,8 +103,9 @@ async def test_a_tool_with_an_x_mcp_header_parameter_is_called_with_the_header(
         assert again.text == f"{region}: sunny for 1 day(s)" and not again.is_error
         # A stale memory (the tool gained its header after we listed it): the -32020 is
         # answered by listing again and retrying once, not passed on as the tool's answer.
-        server_facts.of(peer.url).param_headers = {}
-        stale = await McpClient(config).call_tool(
+        hub = McpHub()
+        hub.facts.of(peer.url).param_headers = {}
+        stale = await McpClient(config, hub=hub).call_tool(
             "forecast", {"region": region}, session_id=box.sessions["sdk"].session_id
         )
         assert stale.text == f"{region}: sunny for 1 day(s)" and stale.client_error is None
@@ -123,11 +118,16 @@ async def test_a_server_restarted_between_jobs_is_picked_up_again(
 ) -> None:
     major, peer = sdk_peer
     config = McpServerConfig(name="sdk", url=peer.url, timeout=15)
-    info = await McpClient(config).initialize()
-    first = await McpClient(config).call_tool("add", {"a": 1, "b": 1}, session_id=info.session_id)
+    hub = McpHub()  # one process: each job builds its own client
+    info = await McpClient(config, hub=hub).initialize()
+    first = await McpClient(config, hub=hub).call_tool(
+        "add", {"a": 1, "b": 1}, session_id=info.session_id
+    )
     assert "2" in first.text
     await peer.restart()  # same port; a handshake session is gone with the old process
-    second = await McpClient(config).call_tool("add", {"a": 2, "b": 2}, session_id=info.session_id)
+    second = await McpClient(config, hub=hub).call_tool(
+        "add", {"a": 2, "b": 2}, session_id=info.session_id
+    )
     assert "4" in second.text and not second.is_error
     if major == "1":
         assert second.session_id != info.session_id  # re-initialized after the 404

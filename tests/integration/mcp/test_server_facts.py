@@ -1,5 +1,6 @@
 """What one process remembers per MCP server URL, across jobs: one `server/discover` probe,
-the negotiated version on every later request, and a re-probe only after a session error."""
+the negotiated version on every later request, and a re-probe only after a session error.
+The memory is the engine's `McpHub` (runtime.mcp); two hubs share nothing."""
 
 from __future__ import annotations
 
@@ -9,21 +10,16 @@ from typing import Any
 import pytest
 
 from agentd.db.pool import Pool, connection
-from agentd.mcp import server_facts
 from agentd.mcp.client import McpClient
 from agentd.mcp.config import McpServerConfig
-from agentd.mcp.http import HttpTransport, shared_client
+from agentd.mcp.http import HttpTransport
+from agentd.mcp.hub import McpHub
 from agentd.registry import AgentRegistry
 from agentd.store import loops
 from agentd.testing import agents
 from agentd.testing.engine import eventually, fast_settings, running_engine
 from agentd.testing.fake_llm import FakeLLM, Reply, Rule, ToolCall
 from agentd.testing.fake_mcp import FakeMcpServer
-
-
-@pytest.fixture(autouse=True)
-def fresh_facts() -> None:
-    server_facts.clear()
 
 
 @pytest.fixture
@@ -64,9 +60,10 @@ async def test_ten_loops_against_one_server_probe_it_once(
                 for _ in range(10)
             ]
             await eventually(lambda: completed(pool, [s.id for s in started]), within=30)
+            probes = engine.runtime.mcp.facts.of(server.url).probes
         assert len(server.calls("tools/call")) == 10  # ten tool-call jobs, each its own transport
         assert len(server.calls("server/discover")) == 1
-        assert server_facts.of(server.url).probes == 1
+        assert probes == 1
         after_initialize = [
             r for r in server.requests if r.method not in ("server/discover", "initialize")
         ]
@@ -77,15 +74,16 @@ async def test_ten_loops_against_one_server_probe_it_once(
 async def test_a_lost_session_re_probes_once_and_the_call_goes_through() -> None:
     async with FakeMcpServer() as server:
         config = McpServerConfig(name="web", url=server.url, timeout=10)
-        info = await McpClient(config).initialize()
+        hub = McpHub()  # one process: each job builds its own client
+        info = await McpClient(config, hub=hub).initialize()
         for _ in range(3):
-            outcome = await McpClient(config).call_tool(
+            outcome = await McpClient(config, hub=hub).call_tool(
                 "add", {"a": 1, "b": 1}, session_id=info.session_id
             )
             assert outcome.structured == {"sum": 2}
         assert len(server.calls("server/discover")) == 1
         server.expire_sessions()  # a restart: the next request gets 404
-        outcome = await McpClient(config).call_tool(
+        outcome = await McpClient(config, hub=hub).call_tool(
             "add", {"a": 1, "b": 2}, session_id=info.session_id
         )
         assert outcome.structured == {"sum": 3} and outcome.session_id != info.session_id
@@ -93,14 +91,20 @@ async def test_a_lost_session_re_probes_once_and_the_call_goes_through() -> None
         assert len(server.calls("initialize")) == 2
 
 
-async def test_transports_without_a_client_share_one_per_origin() -> None:
+async def test_transports_of_a_hub_without_a_client_share_one_per_origin() -> None:
     async with FakeMcpServer() as server:
+        hub = McpHub()
         first, second = HttpTransport(server.url), HttpTransport(server.url + "?x=1")
         other = HttpTransport("http://127.0.0.2:9/mcp")
-        assert shared_client(first.url) is shared_client(second.url)
-        assert shared_client(first.url) is not shared_client(other.url)
-        info = await McpClient(McpServerConfig(name="a", url=server.url)).initialize()
-        await McpClient(McpServerConfig(name="b", url=server.url)).call_tool(
+        assert hub.client_for(first.url) is hub.client_for(second.url)
+        assert hub.client_for(first.url) is not hub.client_for(other.url)
+        assert McpHub().client_for(first.url) is not hub.client_for(first.url)
+        info = await McpClient(McpServerConfig(name="a", url=server.url), hub=hub).initialize()
+        await McpClient(McpServerConfig(name="b", url=server.url), hub=hub).call_tool(
             "add", {"a": 1, "b": 1}, session_id=info.session_id
         )
-        assert not shared_client(server.url).is_closed
+        assert not hub.client_for(server.url).is_closed
+        # Engine-less clients, each with a hub of its own, learn alone: two probes.
+        for _ in range(2):
+            await McpClient(McpServerConfig(name="c", url=server.url)).initialize()
+        assert len(server.calls("server/discover")) == 3

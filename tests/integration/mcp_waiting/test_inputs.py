@@ -12,7 +12,7 @@ from waiting_world import WHO, World, build_elicit, serve
 from agentd.db.pool import Pool, connection
 from agentd.engine.lifecycle import Lifecycle
 from agentd.errors import AlreadyDecided, InputInvalid
-from agentd.mcp.client import ELICITATION_UNSUPPORTED
+from agentd.mcp.outcomes import ELICITATION_UNSUPPORTED
 from agentd.mcp.port import idempotency_key
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings

@@ -58,7 +58,9 @@ def test_a_shell_string_command_is_rejected() -> None:
 
 
 def test_a_shared_session_is_for_http_servers_only() -> None:
-    assert McpServerConfig(name="w", url="http://x/mcp").session == "loop"
+    assert McpServerConfig(name="w", url="http://x/mcp").session == "auto"
+    # "auto" is fine anywhere: only HTTP sessions are ever shared (mcp/toolbox.py).
+    assert McpServerConfig(name="fs", command=["srv"]).session == "auto"
     shared = McpServerConfig(name="w", url="http://x/mcp", session="process", session_ttl=30)
     assert (shared.session, shared.session_ttl) == ("process", 30)
     with pytest.raises(ConfigError, match="url \\(HTTP\\) servers only"):

@@ -8,7 +8,8 @@ import pytest
 
 from agentd.engine.inputs import build_response, describe
 from agentd.errors import InputInvalid
-from agentd.mcp.client import ELICITATION_UNSUPPORTED, _outcome
+from agentd.mcp.outcomes import ELICITATION_UNSUPPORTED
+from agentd.mcp.outcomes import outcome as _outcome
 
 SCHEMA = {
     "type": "object",

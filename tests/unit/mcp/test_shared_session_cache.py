@@ -1,5 +1,6 @@
-"""The process-wide MCP session cache: one open in flight per server, whose session or
-error every loop waiting for it shares; a cancelled opener hands the open over."""
+"""A process's MCP session cache (`SharedSessions`): one open in flight per server, whose
+session or error every loop waiting for it shares; a cancelled opener hands the open over;
+"auto" shares only a session the server did not issue, and keeps listings per version."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from agentd.errors import McpError
 from agentd.mcp import shared_sessions
 from agentd.mcp.config import McpServerConfig
-from agentd.mcp.records import SessionInfo
+from agentd.mcp.records import McpTool, SessionInfo
 
 CONFIG = McpServerConfig(name="web", url="http://tools.invalid/mcp", session="process")
 
@@ -35,8 +36,9 @@ class Opener:
 
 
 async def test_concurrent_loops_wait_for_one_open_and_share_its_session() -> None:
+    sessions = shared_sessions.SharedSessions()
     opener = Opener()
-    tasks = [asyncio.create_task(shared_sessions.open_shared(CONFIG, opener)) for _ in range(4)]
+    tasks = [asyncio.create_task(sessions.open_shared(CONFIG, opener)) for _ in range(4)]
     await asyncio.sleep(0)  # every task is now opening or waiting
     opener.go.set()
     results = await asyncio.gather(*tasks)
@@ -48,28 +50,30 @@ async def test_concurrent_loops_wait_for_one_open_and_share_its_session() -> Non
     # Each loop gets its own metadata to store or amend.
     results[0][0].metadata["mine"] = 1
     assert "mine" not in results[1][0].metadata
-    assert shared_sessions.current(CONFIG) == "session-1"
+    assert sessions.current(CONFIG) == "session-1"
 
 
 async def test_a_failed_open_fails_every_waiter_once_and_the_next_call_opens_again() -> None:
+    sessions = shared_sessions.SharedSessions()
     opener = Opener(McpError("server down", retryable=True))
-    tasks = [asyncio.create_task(shared_sessions.open_shared(CONFIG, opener)) for _ in range(4)]
+    tasks = [asyncio.create_task(sessions.open_shared(CONFIG, opener)) for _ in range(4)]
     await asyncio.sleep(0)
     opener.go.set()
     results = await asyncio.gather(*tasks, return_exceptions=True)
     assert opener.calls == 1  # the waiters did not each try in turn
     assert all(isinstance(r, McpError) and r.message == "server down" for r in results)
-    assert shared_sessions.current(CONFIG) is None
+    assert sessions.current(CONFIG) is None
     opener.error = None
-    info, _, _ = await shared_sessions.open_shared(CONFIG, opener)
+    info, _, _ = await sessions.open_shared(CONFIG, opener)
     assert (opener.calls, info.session_id) == (2, "session-2")
 
 
 async def test_a_cancelled_opener_hands_the_open_to_a_waiter() -> None:
+    sessions = shared_sessions.SharedSessions()
     opener = Opener()
-    first = asyncio.create_task(shared_sessions.open_shared(CONFIG, opener))
+    first = asyncio.create_task(sessions.open_shared(CONFIG, opener))
     await asyncio.sleep(0)
-    second = asyncio.create_task(shared_sessions.open_shared(CONFIG, opener))
+    second = asyncio.create_task(sessions.open_shared(CONFIG, opener))
     await asyncio.sleep(0)
     first.cancel()  # its loop was paused mid-handshake
     with pytest.raises(asyncio.CancelledError):
@@ -80,10 +84,11 @@ async def test_a_cancelled_opener_hands_the_open_to_a_waiter() -> None:
 
 
 async def test_a_cancelled_waiter_leaves_the_open_to_the_others() -> None:
+    sessions = shared_sessions.SharedSessions()
     opener = Opener()
-    first = asyncio.create_task(shared_sessions.open_shared(CONFIG, opener))
+    first = asyncio.create_task(sessions.open_shared(CONFIG, opener))
     await asyncio.sleep(0)
-    waiter = asyncio.create_task(shared_sessions.open_shared(CONFIG, opener))
+    waiter = asyncio.create_task(sessions.open_shared(CONFIG, opener))
     await asyncio.sleep(0)
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -94,13 +99,79 @@ async def test_a_cancelled_waiter_leaves_the_open_to_the_others() -> None:
 
 
 async def test_a_recovered_session_replaces_the_shared_one_once() -> None:
+    sessions = shared_sessions.SharedSessions()
     opener = Opener()
     opener.go.set()
-    await shared_sessions.open_shared(CONFIG, opener)
-    shared_sessions.replaced(CONFIG, "session-1", "session-9")
-    assert shared_sessions.current(CONFIG) == "session-9"
+    await sessions.open_shared(CONFIG, opener)
+    sessions.replaced(CONFIG, "session-1", "session-9")
+    assert sessions.current(CONFIG) == "session-9"
     # A second loop that recovered the same lost id later does not undo the first's.
-    shared_sessions.replaced(CONFIG, "session-1", "session-10")
-    assert shared_sessions.current(CONFIG) == "session-9"
+    sessions.replaced(CONFIG, "session-1", "session-10")
+    assert sessions.current(CONFIG) == "session-9"
     other = McpServerConfig(name="web", url="http://other.invalid/mcp", session="process")
-    assert shared_sessions.current(other) is None
+    assert sessions.current(other) is None
+
+
+AUTO = McpServerConfig(name="web", url="http://tools.invalid/mcp")
+
+
+def stateful(n: int, version: str = "1.0") -> SessionInfo:
+    return SessionInfo(f"real-{n}", {"serverInfo": {"name": "t", "version": version}}, [])
+
+
+async def test_auto_is_the_default_and_shares_a_session_the_server_did_not_issue() -> None:
+    assert AUTO.session == "auto"
+    sessions = shared_sessions.SharedSessions()
+    opener = Opener()
+    opener.go.set()
+
+    async def stateless() -> Any:
+        info, tools, exchanges = await opener()
+        return SessionInfo("stateless-1", info.metadata, [], stateless=True), tools, exchanges
+
+    first = await sessions.open_shared(AUTO, stateless, share=lambda i: i.stateless)
+    second = await sessions.open_shared(AUTO, stateless, share=lambda i: i.stateless)
+    assert first is not None and second is not None and opener.calls == 1
+    assert second[0].metadata[shared_sessions.SHARED_KEY] is True
+    assert not sessions.stateful(AUTO)
+
+
+async def test_auto_keeps_an_issued_session_to_its_opener_and_the_waiters_open_their_own() -> None:
+    sessions = shared_sessions.SharedSessions()
+    go = asyncio.Event()
+    calls = 0
+
+    async def opener() -> Any:
+        nonlocal calls
+        calls += 1
+        await go.wait()
+        return stateful(calls), [], ["exchange"]
+
+    tasks = [
+        asyncio.create_task(sessions.open_shared(AUTO, opener, share=lambda i: i.stateless))
+        for _ in range(3)
+    ]
+    await asyncio.sleep(0)
+    go.set()
+    results = await asyncio.gather(*tasks)
+    assert calls == 1 and sessions.stateful(AUTO)
+    mine = [r for r in results if r is not None]
+    assert len(mine) == 1 and mine[0][0].session_id == "real-1"
+    assert shared_sessions.SHARED_KEY not in mine[0][0].metadata  # the ender may end it
+    assert sessions.current(AUTO) is None
+    # Once known stateful, an open does not wait for anyone: None at once.
+    assert await sessions.open_shared(AUTO, opener, share=lambda i: i.stateless) is None
+    assert calls == 1
+
+
+def test_a_listing_is_kept_per_server_version_until_the_tools_change() -> None:
+    sessions = shared_sessions.SharedSessions()
+    tool = McpTool("echo", "echo", "web", "", {"type": "object"})
+    assert sessions.listing(AUTO, stateful(1)) is None
+    sessions.keep_listing(AUTO, stateful(1), [tool])
+    assert sessions.listing(AUTO, stateful(2)) == [tool]  # another session, same version
+    assert sessions.listing(AUTO, stateful(3, version="2.0")) is None  # upgraded server
+    other = McpServerConfig(name="web", url="http://tools.invalid/mcp", prefix="p")
+    assert sessions.listing(other, stateful(1)) is None  # another prefix: other names
+    sessions.tools_changed(AUTO)
+    assert sessions.listing(AUTO, stateful(4)) is None
