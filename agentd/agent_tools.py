@@ -8,7 +8,6 @@ run (ToolExecution hands these calls to engine.children instead).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError

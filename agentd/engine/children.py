@@ -38,7 +38,7 @@ from agentd.store.models import Loop, NewEvent
 log = logs.get("agentd.children")
 
 #: What ToolExecution records: (result text, success, structured result, MCP session id).
-Result = tuple[str, bool, Any, None]
+Result = tuple[str, bool, Any, str | None]
 #: Limit keys a child's state never takes from its parent or from the model.
 LIMIT_KEYS = ("max_steps", "max_tokens_total", "max_cost")
 #: A child paused for one of these ended (its parent's call gets an error result).
@@ -221,8 +221,8 @@ def outcome(agent: str, child: Loop, answer: str | None) -> Result:
         )
     if child.status == LoopStatus.STOPPED:
         return f"{who} was stopped before it finished.", False, None, None
-    why = child.error_message or child.status_reason
-    return f"{who} stopped at its limit ({why}) before it finished.", False, None, None
+    limit = child.error_message or child.status_reason
+    return f"{who} stopped at its limit ({limit}) before it finished.", False, None, None
 
 
 def _started(spec: agent_tools.AgentTool, child: Loop) -> str:
@@ -273,10 +273,10 @@ async def with_tree_spend(pool: Any, agent: Agent, loop: Loop) -> Loop:
     """The loop as its budget check sees it: its children's spend counted as its own (only
     a parent with a budget pays the query)."""
     if loop.child_count == 0 or (
-        loop_limits.token_budget(agent, loop) is None and loop_limits.cost_budget(agent, loop) is None
+        loop_limits.token_budget(agent, loop) is None
+        and loop_limits.cost_budget(agent, loop) is None
     ):
         return loop
     async with connection(pool) as conn:
         tokens, cost = await loops.tree_spend(conn, loop_id=loop.id)
     return loop.replace(tokens_prompt=tokens, tokens_completion=0, cost=cost)
-

@@ -422,6 +422,7 @@ SELECT * FROM u ORDER BY id;
 -- $1 id bigint · $2 lease_token uuid · $3 child_loop_id uuid · $4 park bool
 UPDATE tool_calls
 SET child_loop_id = $3,
+    metadata = CASE WHEN $4 THEN metadata ELSE metadata || '{"detached": true}' END,
     status = CASE WHEN $4 THEN 'waiting' ELSE status END,
     lease_token = CASE WHEN $4 THEN NULL ELSE lease_token END,
     leased_until = CASE WHEN $4 THEN NULL ELSE leased_until END,

@@ -80,3 +80,125 @@ async def test_parent_delegates_to_two_children_in_parallel_and_completes_with_t
     names = await _event_names(pool, parent.id)
     assert names.count("loop.child_started") == 2 and names.count("loop.child_finished") == 2
     assert (await _loop(pool, parent.id)).child_count == 2
+
+
+async def test_a_failed_child_becomes_a_tool_error_and_the_parent_continues(
+    pool: Pool, database_url: str, registry: AgentRegistry, fake_llm: FakeLLM
+) -> None:
+    fake_llm.add(Rule(match="BREAK", reply=Reply(status=400, error_body="bad request")))
+    _delegate(fake_llm, ToolCall("agent__calc", {"message": "BREAK"}), final="went on")
+    async with running_engine(pool, database_url, registry) as engine:
+        parent = await _start(engine, fake_llm)
+        await eventually(lambda: _is(pool, parent.id, "completed"))
+    (kid,) = await _children(pool, parent.id)
+    assert kid.status == "failed"
+    (result,) = await _tool_results(pool, parent.id)
+    assert result.startswith(f"The calc agent (child loop {kid.id}) failed:")
+    async with connection(pool) as conn:
+        (call,) = await tool_calls.list_for_loop(conn, loop_id=parent.id)
+    assert call.is_success is False
+
+
+async def test_stopping_the_parent_stops_its_children(
+    pool: Pool, database_url: str, registry: AgentRegistry, fake_llm: FakeLLM
+) -> None:
+    fake_llm.add(Rule(match="SLOW", reply=Reply(content="late", delay_before_first_byte=30)))
+    _delegate(fake_llm, ToolCall("agent__calc", {"message": "SLOW"}))
+    async with running_engine(pool, database_url, registry) as engine:
+        parent = await _start(engine, fake_llm)
+        (kid,) = await eventually(lambda: _children(pool, parent.id))
+        await eventually(lambda: _is(pool, kid.id, "running"))
+        await engine.lifecycle.stop(parent.id)
+        assert (await _loop(pool, kid.id)).status == "stopped"
+        assert (await _loop(pool, kid.id)).status_reason == "stopped_with_parent"
+        assert await _tool_results(pool, parent.id) == []
+
+
+async def test_pause_and_resume_cascade_to_children_and_the_parent_completes(
+    pool: Pool, database_url: str, registry: AgentRegistry, fake_llm: FakeLLM
+) -> None:
+    fake_llm.add(
+        Rule(match="WAIT", reply=Reply(content="waited", delay_before_first_byte=30), times=1)
+    )
+    fake_llm.add(Rule(match="WAIT", reply=Reply(content="waited")))
+    _delegate(fake_llm, ToolCall("agent__calc", {"message": "WAIT"}))
+    async with running_engine(pool, database_url, registry) as engine:
+        parent = await _start(engine, fake_llm)
+        (kid,) = await eventually(lambda: _children(pool, parent.id))
+        await eventually(lambda: _is(pool, kid.id, "running"))
+        await engine.lifecycle.pause(parent.id)
+        paused = await _loop(pool, kid.id)
+        assert (paused.status, paused.status_reason) == ("paused", "paused_with_parent")
+        await engine.lifecycle.resume(parent.id)
+        await eventually(lambda: _is(pool, parent.id, "completed"))
+    assert (await _loop(pool, kid.id)).status == "completed"
+    assert await _tool_results(pool, parent.id) == ["waited"]
+
+
+async def test_a_child_gets_only_what_the_parent_budget_has_left(
+    pool: Pool, database_url: str, registry: AgentRegistry, fake_llm: FakeLLM
+) -> None:
+    fake_llm.add(Rule(match="ADD 1 2", reply=Reply(content="three", usage=(500, 100))))
+    fake_llm.add(
+        Rule(
+            match=lambda m: m.role == "user" and "DELEGATE" in m.text,
+            reply=Reply(
+                tool_calls=[ToolCall("agent__calc", {"message": "ADD 1 2"})], usage=(200, 50)
+            ),
+        )
+    )
+    fake_llm.add(Rule(match=lambda m: m.role == "tool", reply=Reply(content="done")))
+    async with running_engine(pool, database_url, registry) as engine:
+        parent = await _start(engine, fake_llm, agent="budget_boss")
+        (kid,) = await eventually(lambda: _children(pool, parent.id))
+        # The parent's budget (1000 tokens) less its own first turn (250).
+        assert kid.state["max_tokens_total"] == 750
+        # The child spends 600: the parent's tree has spent 850 of 1000, so its next turn
+        # still runs; a parent over budget would pause instead.
+        await eventually(lambda: _is(pool, parent.id, "completed"))
+    async with connection(pool) as conn:
+        assert (await loops.tree_spend(conn, loop_id=parent.id))[0] >= 250 + 600
+
+
+async def test_a_parent_whose_children_spent_its_budget_pauses(
+    pool: Pool, database_url: str, registry: AgentRegistry, fake_llm: FakeLLM
+) -> None:
+    fake_llm.add(Rule(match="ADD 1 2", reply=Reply(content="three", usage=(900, 100))))
+    _delegate(fake_llm, ToolCall("agent__calc", {"message": "ADD 1 2"}))
+    async with running_engine(pool, database_url, registry) as engine:
+        parent = await _start(engine, fake_llm, agent="budget_boss")
+        await eventually(lambda: _is(pool, parent.id, "paused"))
+    row = await _loop(pool, parent.id)
+    assert row.status_reason == "token_budget_exceeded"
+    assert row.tokens_prompt + row.tokens_completion < 1000  # its own spend alone is under
+
+
+async def test_a_detached_child_answers_at_once_and_is_not_stopped_with_the_parent(
+    pool: Pool, database_url: str, registry: AgentRegistry, fake_llm: FakeLLM
+) -> None:
+    fake_llm.add(Rule(match="SLOW", reply=Reply(content="late", delay_before_first_byte=30)))
+    _delegate(fake_llm, ToolCall("background", {"message": "SLOW"}))
+    async with running_engine(pool, database_url, registry) as engine:
+        parent = await _start(engine, fake_llm)
+        await eventually(lambda: _is(pool, parent.id, "completed"))
+        (kid,) = await _children(pool, parent.id)
+        assert await _tool_results(pool, parent.id) == [
+            f"started child loop {kid.id} (calc); it runs on its own."
+        ]
+        assert kid.status in ("queued", "running")
+        await engine.lifecycle.stop(kid.id)
+
+
+async def test_a_call_past_the_depth_limit_is_refused(
+    pool: Pool, database_url: str, registry: AgentRegistry, fake_llm: FakeLLM
+) -> None:
+    from agentd.testing.engine import fast_settings
+
+    _delegate(fake_llm, ToolCall("agent__calc", {"message": "ADD 1 2"}), final="alone")
+    settings = fast_settings(max_child_depth=0)
+    async with running_engine(pool, database_url, registry, settings=settings) as engine:
+        parent = await _start(engine, fake_llm)
+        await eventually(lambda: _is(pool, parent.id, "completed"))
+    assert await _children(pool, parent.id) == []
+    (result,) = await _tool_results(pool, parent.id)
+    assert "may nest 0 deep" in result
