@@ -6,6 +6,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import httpx
+
 from agentd.db.pool import Pool, connection
 from agentd.registry import AgentRegistry
 from agentd.store import events, jobs, loops, messages, tool_calls
@@ -202,3 +204,27 @@ async def test_a_call_past_the_depth_limit_is_refused(
     assert await _children(pool, parent.id) == []
     (result,) = await _tool_results(pool, parent.id)
     assert "may nest 0 deep" in result
+
+
+async def test_the_api_shows_the_tree(
+    pool: Pool, database_url: str, registry: AgentRegistry, fake_llm: FakeLLM,
+    client: httpx.AsyncClient,
+) -> None:  # fmt: skip
+    fake_llm.add(Rule(match="ADD 1 2", reply=Reply(content="three")))
+    _delegate(fake_llm, ToolCall("agent__calc", {"message": "ADD 1 2"}))
+    async with running_engine(pool, database_url, registry) as engine:
+        parent = await _start(engine, fake_llm)
+        await eventually(lambda: _is(pool, parent.id, "completed"))
+    (kid,) = await _children(pool, parent.id)
+    shown = (await client.get(f"/v1/loops/{parent.id}")).json()
+    assert shown["children"] == [str(kid.id)] and shown["child_count"] == 1
+    child = (await client.get(f"/v1/loops/{kid.id}")).json()
+    assert child["parent_id"] == str(parent.id) and child["depth"] == 1
+    listed = (await client.get(f"/v1/loops/{parent.id}/children")).json()
+    assert [x["id"] for x in listed["items"]] == [str(kid.id)]
+    filtered = (await client.get("/v1/loops", params={"parent_id": str(parent.id)})).json()
+    assert [x["id"] for x in filtered["items"]] == [str(kid.id)]
+    missing = await client.get(f"/v1/loops/{uuid.uuid4()}/children")
+    assert missing.status_code == 404
+    bad = await client.get("/v1/loops", params={"parent_id": "nope"})
+    assert bad.status_code == 422
