@@ -18,6 +18,7 @@ from starlette.applications import Starlette
 from agentd.admin import (
     api_docs,
     auth,
+    children,
     dashboard,
     forms,
     inspector,
@@ -47,6 +48,7 @@ def mount(app: FastAPI, state: AppState) -> None:
         loops.router,
         inspector.router,
         webhooks.router,
+        children.router,
     )
     for private in private_routers:
         app.include_router(

@@ -6,6 +6,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+import agentd.admin
 from agentd.api.state import AppState
 from agentd.app import create_app
 from agentd.db.pool import Pool
@@ -56,9 +57,11 @@ async def client(
         api_token=TOKEN,
     )  # fmt: skip
     app: FastAPI = create_app(state)
+    agentd.admin.mount(app, state)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app),
         base_url="http://agentd.test",
         headers={"Authorization": f"Bearer {TOKEN}"},
     ) as c:
         yield c
+    await app.state.admin_hub.close()

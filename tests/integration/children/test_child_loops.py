@@ -228,3 +228,5 @@ async def test_the_api_shows_the_tree(
     assert missing.status_code == 404
     bad = await client.get("/v1/loops", params={"parent_id": "nope"})
     assert bad.status_code == 422
+    page = await client.get(f"/admin/loops/{parent.id}/children")
+    assert page.status_code == 200 and f'data-child="{kid.id}"' in page.text
