@@ -60,6 +60,9 @@ class Agent:
     idle_timeout: float | None = None
     streaming: bool = False
     mcps: ClassVar[list[Any]] = []
+    # Other agents this one may call as tools, each started as a child loop: agent names,
+    # or dicts {"agent", "name", "description", "detach"} (docs/agents.md, "Child loops").
+    agent_tools: ClassVar[list[Any]] = []
     llm_params: ClassVar[dict[str, Any]] = {}
     reasoning_effort: str | None = None
     max_tokens: int | None = None
@@ -174,4 +177,9 @@ async def agent_mcp_configs(agent: Agent) -> list[McpServerConfig]:
     from agentd.mcp.config import McpServerConfig  # a pydantic model: not built at `import agentd`
 
     entries = await resolve(agent.mcp_servers())
-    return [e if isinstance(e, McpServerConfig) else McpServerConfig.parse(e) for e in entries]
+    configs = [e if isinstance(e, McpServerConfig) else McpServerConfig.parse(e) for e in entries]
+    # Its agent tools (agentd/agent_tools.py), built once when the registry named the class.
+    children = getattr(type(agent), "_agent_tool_server", None)
+    if children is not None:
+        configs.append(children)
+    return configs

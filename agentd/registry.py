@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from agentd import logs, versions
+from agentd import agent_tools, logs, versions
 from agentd.agent import Agent, LoopView
 from agentd.errors import ConfigError, UnknownAgent
 from agentd.llm.dialects import base as dialects_base
@@ -108,6 +108,7 @@ class AgentConfig(BaseModel):
     concurrency_key: str | None = Field(None, min_length=1)
     concurrency_limit: int | None = Field(None, ge=1)
     mcps: list[McpEntryConfig] = Field(default_factory=list)
+    agent_tools: list[str | dict[str, Any]] = Field(default_factory=list)
     version_policy: Literal["pin", "latest"] = "pin"
 
 
@@ -184,6 +185,7 @@ def agent_from_config(name: str, raw: dict[str, Any]) -> type[Agent]:
         compaction_keep_tail = cfg.compaction_keep_tail
         compaction_prompt = cfg.compaction_prompt or Agent.compaction_prompt
         version_policy = cfg.version_policy
+        agent_tools = cfg.agent_tools
         _mcp_entries = entries  # what its version records (agentd/versions.py)
         _configured_as = True
 
@@ -236,7 +238,12 @@ class AgentRegistry:
         problem = _static_base_url_problem(cls)
         if problem is not None:
             raise ConfigError(f"agent {name!r} ({source}): {problem}")
-        named = type(cls.__name__, (cls,), {"name": name, "__module__": cls.__module__})
+        tools = agent_tools.parse(name, getattr(cls, "agent_tools", None))
+        attrs: dict[str, Any] = {"name": name, "__module__": cls.__module__}
+        if tools:
+            attrs["_agent_tools"] = tools
+            attrs["_agent_tool_server"] = agent_tools.server(name, tools)
+        named = type(cls.__name__, (cls,), attrs)
         self._agents[name] = named
         self._sources[name] = source
         self._versions = self._version_ids = None

@@ -209,6 +209,13 @@ class Settings(BaseSettings):
         description="Most tool calls one model answer may ask for (an agent's "
         "max_tool_calls_per_turn overrides it); more fails the loop, nothing run.",
     )
+    max_child_depth: int = Field(
+        5,
+        ge=0,
+        le=64,
+        description="How deep child loops (agents as tools) may nest: a root loop is depth "
+        "0; a call that would start a deeper child gets an error result instead.",
+    )
     llm_concurrency: int = Field(64, ge=1, description="LLM turns in flight per process.")
     tool_concurrency: int = Field(32, ge=1, description="Tool calls in flight per process.")
     queues: Annotated[list[str], NoDecode] = Field(

@@ -112,6 +112,10 @@ class TransitionReason(StrEnum):
     STEERED = "steered"
     #: a message sent with `mode: interrupt` cancelled the turn in flight (Lifecycle.send).
     INTERRUPTED = "interrupted"
+    #: a child loop paused because its parent was (resumed with it; engine/cascade.py).
+    PAUSED_WITH_PARENT = "paused_with_parent"
+    #: a child loop stopped because its parent was.
+    STOPPED_WITH_PARENT = "stopped_with_parent"
 
 
 #: The reasons a provider limit defers a turn with (`store.providers.admit`).

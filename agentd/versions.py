@@ -235,6 +235,9 @@ def definition(name: str, cls: type) -> dict[str, Any]:
     }
     for key in _PLAIN:
         out[key] = _attr(cls, key)
+    tools = getattr(cls, "_agent_tools", ())
+    if tools:  # only when set: an agent without them keeps its fingerprint
+        out["agent_tools"] = [t.model_dump(exclude_none=True) for t in tools]
     return out
 
 

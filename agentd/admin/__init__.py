@@ -18,6 +18,7 @@ from starlette.applications import Starlette
 from agentd.admin import (
     api_docs,
     auth,
+    children,
     dashboard,
     forms,
     inspector,
@@ -49,6 +50,7 @@ def mount(app: FastAPI, state: AppState) -> None:
         loop_actions.router,
         inspector.router,
         webhooks.router,
+        children.router,
     )
     for private in private_routers:
         app.include_router(

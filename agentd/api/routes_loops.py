@@ -126,6 +126,9 @@ async def list_loops(
         Literal["state"] | None,
         Query(description="`state`: give each loop its `state` (null in list items without)."),
     ] = None,
+    parent_id: Annotated[
+        UUID | None, Query(description="Only the child loops of this loop.")
+    ] = None,
 ) -> Page[LoopOut]:
     """A page of loops. Their `state` is left out (null) unless `include=state`: a list stays
     light however large states are; GET /v1/loops/{id} (or /state) has it."""
@@ -138,6 +141,7 @@ async def list_loops(
             agent=agent,
             cursor=after,
             limit=limit + 1,  # one extra row says whether another page exists
+            parent_id=parent_id,
         )
     page = rows[:limit]
     more = len(rows) > limit
@@ -181,6 +185,11 @@ async def show_loop(loop_id: UUID, request: Request) -> LoopOut:
             raise LoopNotFound(f"no loop {loop_id}")
         out = LoopOut.of(loop)
         out.waiting_for_version = await waiting_for_version(state, conn, loop)
+        if loop.child_count:
+            kids = await loops.list_children(conn, parent_id=loop.id)
+            out.children = [k.id for k in kids]
+        else:
+            out.children = []
     return out
 
 
@@ -205,6 +214,17 @@ async def upgrade(
         by="api",
     )
     return LoopUpgradeOut(**out)
+
+
+@router.get("/{loop_id}/children", summary="The loop's child loops", responses=_READ)
+async def list_children(loop_id: UUID, request: Request) -> Page[LoopOut]:
+    """The child loops this loop's agent tools started, oldest first (docs/agents.md,
+    "Child loops"); each has `parent_id` and `parent_tool_call_id`."""
+    async with connection(app_state(request).pool) as conn:
+        if await loops.get(conn, loop_id=loop_id) is None:
+            raise LoopNotFound(f"no loop {loop_id}")
+        kids = await loops.list_children(conn, parent_id=loop_id)
+    return Page[LoopOut](items=[LoopOut.of(k, with_state=False) for k in kids], next_cursor=None)
 
 
 @router.get("/{loop_id}/messages", summary="The transcript", responses=_READ)

@@ -286,6 +286,19 @@ class LoopOut(BaseModel):
         description="Set (GET /v1/loops/{id} only) while no live worker can run the version "
         "the loop needs next: it waits, and resumes when a worker that has it starts.",
     )
+    parent_id: UUID | None = Field(
+        None, description="Set on a child loop: the loop whose tool call started it."
+    )
+    parent_tool_call_id: int | None = Field(
+        None, description="Set on a child loop: the parent's tool call that waits for it."
+    )
+    depth: int = Field(0, description="0 for a root loop, its parent's depth + 1 for a child.")
+    child_count: int = Field(0, description="Child loops this loop has started.")
+    children: list[UUID] | None = Field(
+        None,
+        description="The child loops' ids, oldest first (GET /v1/loops/{id} only; null in "
+        "list items: GET /v1/loops/{id}/children pages them).",
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -337,6 +350,11 @@ class LoopOut(BaseModel):
             )
             if loop.concurrency_key is not None
             else None,
+            parent_id=loop.parent_id,
+            parent_tool_call_id=loop.parent_tool_call_id,
+            depth=loop.depth,
+            child_count=loop.child_count,
+            children=None,
             created_at=loop.created_at,
             updated_at=loop.updated_at,
         )

@@ -136,10 +136,16 @@ class Client:
         limit: int = 50,
         cursor: str | None = None,
         include_state: bool = False,
+        parent_id: LoopId | None = None,
     ) -> Page[LoopOut]:
         """One page, newest first; pass `page.next_cursor` as `cursor` for the next. Items
-        carry `state` only with `include_state=True` (else None: `get()` has it)."""
-        return self._do(routes.list_loops(status, agent, limit, cursor, include_state))
+        carry `state` only with `include_state=True` (else None: `get()` has it);
+        `parent_id`: only that loop's child loops."""
+        return self._do(routes.list_loops(status, agent, limit, cursor, include_state, parent_id))
+
+    def children(self, loop_id: LoopId) -> builtins.list[LoopOut]:
+        """The child loops the loop's agent tools started, oldest first."""
+        return self._do(routes.children(loop_id))
 
     def iter_loops(
         self, *, status: str | None = None, agent: str | None = None, page_size: int = 50

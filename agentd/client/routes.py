@@ -121,6 +121,7 @@ def list_loops(
     limit: int,
     cursor: str | None,
     include_state: bool = False,
+    parent_id: LoopId | None = None,
 ) -> Call[Page[LoopOut]]:
     params = _some(
         status=status,
@@ -128,8 +129,15 @@ def list_loops(
         limit=limit,
         cursor=cursor,
         include="state" if include_state else None,
+        parent_id=str(parent_id) if parent_id is not None else None,
     )
     return Call("GET", "/v1/loops", Page[LoopOut].model_validate, params=params)
+
+
+def children(loop_id: LoopId) -> Call[list[LoopOut]]:
+    return Call(
+        "GET", f"/v1/loops/{loop_id}/children", lambda d: Page[LoopOut].model_validate(d).items
+    )
 
 
 def messages(loop_id: LoopId, include_hidden: bool) -> Call[list[MessageOut]]:

@@ -6,19 +6,24 @@ and including the message (tool calls and their results with it, in order), reco
 snapshot and never locked or written.
 Tolerates: a source loop that keeps running while it is forked.
 Never: copies hidden shells or superseded messages; copies a lease.
-Called by: Lifecycle.fork and Lifecycle.regenerate.
+Called by: Lifecycle.fork and Lifecycle.regenerate (`regenerate` runs the whole transition).
 """
 
 from __future__ import annotations
 
 import json
+import uuid
+from typing import TYPE_CHECKING
 
-from agentd.db.pool import Connection
+from agentd.db.pool import Connection, transaction
 from agentd.errors import BadRequest, NotFound
 from agentd.event_names import EventName
-from agentd.states import TransitionReason
+from agentd.states import ACTIVE, TransitionReason
 from agentd.store import events, loops, messages, tool_calls
 from agentd.store.models import Loop, Message, NewEvent
+
+if TYPE_CHECKING:
+    from agentd.engine.lifecycle import Lifecycle
 
 
 async def message_of(conn: Connection, loop: Loop, message_id: int) -> Message:
@@ -86,3 +91,31 @@ async def fork_in(
         ],
     )
     return new
+
+
+async def regenerate(lc: Lifecycle, loop_id: uuid.UUID, message_id: int) -> Loop:
+    """Re-run the loop from just after `message_id`; later messages are superseded.
+
+    They leave the prompt but stay on record. A running loop is revoked first, as pause
+    does (token rotated, in-flight work cancelled by NOTIFY), then re-dispatched.
+    """
+    async with transaction(lc.pool) as conn:
+        loop = await lc.locked(conn, loop_id)
+        msg = await message_of(conn, loop, message_id)
+        await check_regenerate_from(conn, loop, msg)
+        if loop.status in ACTIVE:
+            await lc.cancel_in_flight(conn, loop, "regenerate", only_generation=True)
+        await tool_calls.revoke_leases(conn, loop_id=loop.id)
+        superseded = await messages.supersede_after(conn, loop_id=loop.id, after_id=msg.id)
+        cancelled = await tool_calls.cancel_superseded(conn, loop_id=loop.id)
+        row = await lc.redispatch(conn, loop, TransitionReason.REGENERATED)
+        await lc.record(
+            conn,
+            row,
+            "loop.regenerated",
+            TransitionReason.REGENERATED,
+            json.dumps(
+                {"from_message_id": msg.id, "superseded": superseded, "cancelled": cancelled}
+            ),
+        )
+        return row

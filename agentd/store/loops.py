@@ -93,9 +93,10 @@ async def list_(
     agent: str | None,
     cursor: tuple[datetime, UUID] | None,
     limit: int,
+    parent_id: UUID | None = None,
 ) -> list[Loop]:
     c_at, c_id = cursor if cursor else (None, None)
-    rows = await conn.fetch(sql("loop_list"), status, agent, c_at, c_id, limit)
+    rows = await conn.fetch(sql("loop_list"), status, agent, c_at, c_id, limit, parent_id)
     return [Loop.from_record(r) for r in rows]
 
 
@@ -388,3 +389,29 @@ async def cost_by_agent(
     unpriced_turns and the tokens_* sums."""
     rows = await conn.fetch(sql("loop_cost_by_agent"), since, until, agent)
     return [dict(r) for r in rows]
+
+
+# --- child loops (0032) -------------------------------------------------------------------
+
+
+async def set_parent(
+    conn: Connection, *, loop_id: UUID, parent_id: UUID, parent_tool_call_id: int, depth: int
+) -> Loop:
+    rec = await conn.fetchrow(
+        sql("loop_set_parent"), loop_id, parent_id, parent_tool_call_id, depth
+    )
+    return Loop.from_record(rec)
+
+
+async def count_child(conn: Connection, *, loop_id: UUID) -> None:
+    await conn.execute(sql("loop_count_child"), loop_id)
+
+
+async def list_children(conn: Connection, *, parent_id: UUID) -> list[Loop]:
+    return [Loop.from_record(r) for r in await conn.fetch(sql("loop_list_children"), parent_id)]
+
+
+async def tree_spend(conn: Connection, *, loop_id: UUID) -> tuple[int, Decimal | None]:
+    """Tokens (prompt + completion) and cost of the loop and all its descendants."""
+    rec = await conn.fetchrow(sql("loop_tree_spend"), loop_id)
+    return int(rec["tokens"]), rec["cost"]

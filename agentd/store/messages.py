@@ -164,3 +164,9 @@ async def cost_by_model(
     """Per (agent, model): cost (Decimal or None), turns, unpriced_turns."""
     rows = await conn.fetch(sql("message_cost_by_model"), since, until, agent)
     return [dict(r) for r in rows]
+
+
+async def final_answer(conn: Connection, *, loop_id: UUID) -> str | None:
+    """The loop's last visible, completed assistant message (a child's answer)."""
+    value = await conn.fetchval(sql("message_final_answer"), loop_id)
+    return str(value) if value is not None else None

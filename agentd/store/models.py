@@ -169,6 +169,11 @@ class Loop(_Row):
     # 0027: steering messages not yet applied, and whether the next turn applies them all
     steer_pending: int = 0
     steer_release: bool = False
+    # 0032: child loops (engine/children.py)
+    parent_id: UUID | None = None
+    parent_tool_call_id: int | None = None
+    depth: int = 0
+    child_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -246,6 +251,8 @@ class ToolCall(_Row):
     # 0013: approved with edits (`arguments` then holds the approved ones)
     requested_arguments: Any = None
     approved_arguments: dict[str, Any] | None = None
+    # 0032: the child loop this call started (an agent used as a tool)
+    child_loop_id: UUID | None = None
 
 
 @dataclass(frozen=True)

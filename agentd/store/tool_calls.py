@@ -353,3 +353,14 @@ async def schedule_task_poll(
             delay,
         )
     )
+
+
+async def link_child(
+    conn: Connection, *, tool_call_id: int, lease_token: UUID, child_loop_id: UUID, park: bool
+) -> ToolCall | None:
+    """Record the child loop the call started; `park`: and wait for it, lease dropped."""
+    return _tc(
+        await conn.fetchrow(
+            sql("tool_call_link_child"), tool_call_id, lease_token, child_loop_id, park
+        )
+    )

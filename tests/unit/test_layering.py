@@ -24,7 +24,7 @@ FLOORS: list[set[str]] = [
     {"api", "pipeline"},
     {"engine"},
     {"registry", "versions"},
-    {"agent"},
+    {"agent", "agent_tools"},
     {"mcp", "store"},
     {"observability", "db"},
     {"llm", "logs", "settings"},

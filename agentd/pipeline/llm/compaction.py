@@ -27,7 +27,7 @@ import uuid
 from agentd import logs
 from agentd.agent import Agent, resolve
 from agentd.db.pool import transaction
-from agentd.engine import dispatch, loop_limits
+from agentd.engine import children, dispatch, loop_limits
 from agentd.engine.context import TurnContext
 from agentd.errors import FenceLost, LLMError, LLMProtocolError, MaxDurationExceeded
 from agentd.llm.types import LLMRequest, LLMResponse, Message, ToolSpec
@@ -98,8 +98,10 @@ class Compaction:
             log.info("turn.compaction_skipped", loop_id=str(ctx.loop.id), prompt_tokens=size)
             await self.app(ctx)
             return
-        loop_limits.check_token_budget(agent, ctx.loop)  # a summary is a model call like any other
-        loop_limits.check_cost_budget(agent, ctx.loop)
+        # A summary is a model call like any other; a parent's children spend with it.
+        spending = await children.with_tree_spend(ctx.runtime.pool, agent, ctx.loop)
+        loop_limits.check_token_budget(agent, spending)
+        loop_limits.check_cost_budget(agent, spending)
         await self._compact(ctx, plan, calls, size)
 
     async def _compact(

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from agentd import logs, redact
 from agentd.agent import resolve
 from agentd.db.pool import transaction
-from agentd.engine import loop_limits
+from agentd.engine import children, loop_limits
 from agentd.engine.context import TurnContext
 from agentd.errors import (
     FenceLost,
@@ -91,8 +91,10 @@ class NetworkCalling:
         if loop_limits.at_max_steps(agent, ctx.loop):
             limit = loop_limits.max_steps(agent, ctx.loop)
             raise MaxStepsExceeded(f"max_steps ({limit}) reached")
-        loop_limits.check_token_budget(agent, ctx.loop)
-        loop_limits.check_cost_budget(agent, ctx.loop)
+        # A parent's budget counts its child loops' spend too (engine/children.py).
+        spending = await children.with_tree_spend(ctx.runtime.pool, agent, ctx.loop)
+        loop_limits.check_token_budget(agent, spending)
+        loop_limits.check_cost_budget(agent, spending)
         provider = await resolve(agent.llm_provider())
         if not ctx.history:  # Compaction (or a host middleware) may have built it already
             rows, calls = await ctx.prompt_inputs()

@@ -26,8 +26,10 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from agentd import agent_tools
 from agentd.agent import agent_mcp_configs
 from agentd.db.pool import connection, transaction
+from agentd.engine import children
 from agentd.engine.context import ToolContext
 from agentd.errors import FenceLost, McpError, ToolError
 from agentd.mcp.client import McpClient
@@ -82,8 +84,11 @@ class ToolExecution:
             ctx.error_type = "UnknownTool"
             result, ok = (f"Unknown tool {tc.name!r}: no such tool is available to you."), False
         else:
-            invoked = await self._invoke(ctx)
-            if invoked is None:  # parked for a person, or the task polls later
+            if ctx.tool.mcp_name == agent_tools.SERVER:  # an agent tool: a child loop
+                invoked = await children.call(ctx)
+            else:
+                invoked = await self._invoke(ctx)
+            if invoked is None:  # parked for a person or a child, or the task polls later
                 return
             result, ok, structured, new_session = invoked
         limit = ctx.runtime.settings.max_tool_result_bytes

@@ -28,10 +28,11 @@ SELECT * FROM loops WHERE id = $1 FOR NO KEY UPDATE;
 
 -- name: loop_list :many
 -- API list, newest first, keyset cursor (created_at, id).
--- $1 status text|null · $2 agent text|null · $3 cursor_created_at timestamptz|null · $4 cursor_id uuid|null · $5 limit int
+-- $1 status text|null · $2 agent text|null · $3 cursor_created_at timestamptz|null · $4 cursor_id uuid|null · $5 limit int · $6 parent_id uuid|null
 SELECT * FROM loops
 WHERE ($1::text IS NULL OR status = $1)
   AND ($2::text IS NULL OR agent = $2)
+  AND ($6::uuid IS NULL OR parent_id = $6)
   AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4))
 ORDER BY created_at DESC, id DESC
 LIMIT $5;
@@ -512,3 +513,26 @@ RETURNING *;
 -- $1 id uuid · $2 execution_token uuid
 SELECT id FROM loops WHERE id = $1 AND execution_token = $2 AND status = 'running'
 FOR NO KEY UPDATE;
+
+-- name: loop_set_parent :one
+-- Child loops: link a loop just started by a tool call to its parent, in the transaction
+-- that started it (engine/children.py); no fence (a new row).
+-- $1 id uuid · $2 parent_id uuid · $3 parent_tool_call_id bigint · $4 depth int
+UPDATE loops SET parent_id = $2, parent_tool_call_id = $3, depth = $4
+WHERE id = $1
+RETURNING *;
+
+-- name: loop_count_child :exec
+-- Child loops: the parent has one more child; under the parent's row lock (its fence).
+-- $1 id uuid
+UPDATE loops SET child_count = child_count + 1 WHERE id = $1;
+
+-- name: loop_list_children :many
+-- API, admin and the cascades (engine/cascade.py); oldest first; no fence.
+-- $1 parent_id uuid
+SELECT * FROM loops WHERE parent_id = $1 ORDER BY created_at, id;
+
+-- name: loop_tree_spend :one
+-- A parent's budget check: tokens and cost of the loop and its descendants; no fence.
+-- $1 id uuid
+SELECT tokens, cost FROM agentd_loop_tree_spend($1);

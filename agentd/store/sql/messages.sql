@@ -190,3 +190,12 @@ WHERE l.created_at >= $1 AND l.created_at < $2 AND ($3::text IS NULL OR l.agent 
   AND m.metadata ? 'usage' AND NOT m.hidden AND m.forked_from_message_id IS NULL
 GROUP BY 1, 2
 ORDER BY 1, 2;
+
+-- name: message_final_answer :val
+-- engine/children.py: a finished child loop's answer to its parent's call (its last visible
+-- assistant message); no fence.
+-- $1 loop_id uuid
+SELECT content FROM messages
+WHERE loop_id = $1 AND role = 'assistant' AND NOT hidden AND superseded_at IS NULL
+  AND status = 'completed'
+ORDER BY id DESC LIMIT 1;

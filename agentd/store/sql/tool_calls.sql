@@ -133,6 +133,13 @@ WITH c AS (
       AND l.status IN ('running', 'waiting') AND NOT l.frozen
       AND tc.approval_status IS DISTINCT FROM 'pending'
       AND tc.input_status IS DISTINCT FROM 'pending'
+      -- a call waiting on a live child loop is resumed by the child's end (child_loops.sql)
+      AND NOT (tc.leased_until IS NULL AND tc.child_loop_id IS NOT NULL
+               AND EXISTS (SELECT 1 FROM loops ch WHERE ch.id = tc.child_loop_id
+                             AND (ch.status IN ('init', 'queued', 'running', 'waiting')
+                                  OR (ch.status = 'paused' AND ch.status_reason NOT IN
+                                      ('max_steps_exceeded', 'token_budget_exceeded',
+                                       'cost_budget_exceeded')))))
       AND (tc.leased_until < now()
            OR tc.lease_worker_id = ANY($1::uuid[])
            OR (tc.leased_until IS NULL
@@ -407,3 +414,20 @@ WITH c AS (
     RETURNING t.*
 )
 SELECT * FROM u ORDER BY id;
+
+-- name: tool_call_link_child :one
+-- engine/children.py: the call started a child loop (in this transaction); with `park`,
+-- its lease is dropped and it waits for the child (no worker held), giving back the claim's
+-- attempt as ApprovalGate's park does. Fence: this lease, no result yet.
+-- $1 id bigint · $2 lease_token uuid · $3 child_loop_id uuid · $4 park bool
+UPDATE tool_calls
+SET child_loop_id = $3,
+    metadata = CASE WHEN $4 THEN metadata ELSE metadata || '{"detached": true}' END,
+    status = CASE WHEN $4 THEN 'waiting' ELSE status END,
+    lease_token = CASE WHEN $4 THEN NULL ELSE lease_token END,
+    leased_until = CASE WHEN $4 THEN NULL ELSE leased_until END,
+    lease_worker_id = CASE WHEN $4 THEN NULL ELSE lease_worker_id END,
+    attempts = CASE WHEN $4 THEN greatest(attempts - 1, 0) ELSE attempts END,
+    updated_at = now()
+WHERE id = $1 AND lease_token = $2 AND executed_at IS NULL AND response_message_id IS NULL
+RETURNING *;
