@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 
+from agentd.llm import http_pool
 from agentd.llm.client import LLMClient
 from agentd.llm.types import LLMRequest, Message, Provider, StreamDelta
 from agentd.testing.fake_llm import FakeLLM, Reply, Rule
@@ -30,7 +32,10 @@ async def test_every_cancel_cuts_the_provider_connection(
     if phase == "before_first_byte":
         slow = Reply(content="late", delay_before_first_byte=30)
     fake.add(Rule(reply=slow, times=1))
-    client = LLMClient()
+    pool = http_pool.AsyncioTransport(
+        ssl_context=httpx.create_ssl_context(), limits=httpx.Limits(max_connections=10)
+    )
+    client = LLMClient(http=httpx.AsyncClient(transport=pool))
     try:
         streaming = asyncio.Event()
 
@@ -51,11 +56,10 @@ async def test_every_cancel_cuts_the_provider_connection(
             await task
         # The server sees the hang-up promptly, not at the end of its answer.
         await asyncio.wait_for(fake.wait_for_disconnects(1), 3)
-        pool = client._http._transport._pool  # type: ignore[attr-defined]
-        assert pool._requests == []
-        assert all(c.is_idle() or c.is_closed() for c in pool._connections)
+        assert pool.in_use == 0
+        assert all(c.is_idle() or c.is_closed() for c in pool.connections)
         # And the client still works.
         r = await asyncio.wait_for(client.complete(_request(fake)), 5)
         assert r.content
     finally:
-        await client.aclose()
+        await pool.aclose()

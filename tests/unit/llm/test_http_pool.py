@@ -1,5 +1,5 @@
-"""agentd.llm.http_pool: httpx on the asyncio network backend keeps httpx's behaviour —
-keep-alive reuse, a server-closed idle connection replaced, httpx's error types, TLS."""
+"""agentd.llm.http_pool: httpx on agentd's asyncio transport keeps httpx's behaviour —
+keep-alive reuse, a server-closed idle connection replaced, limits, httpx's error types, TLS."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import httpcore
 import httpx
 import pytest
 
-from agentd.llm import http_pool
+from agentd.llm import http_backend, http_pool
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
@@ -74,32 +75,68 @@ async def one_then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWri
     await writer.drain()
 
 
+def _transport(**limits: Any) -> http_pool.AsyncioTransport:
+    return http_pool.AsyncioTransport(
+        ssl_context=httpx.create_ssl_context(), limits=httpx.Limits(**limits)
+    )
+
+
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
     async with http_pool.pooled_client(max_connections=10, max_keepalive=10) as c:
         yield c
 
 
-def test_the_pool_runs_on_the_asyncio_backend() -> None:
-    c = http_pool.pooled_client(max_connections=1, max_keepalive=1)
-    assert isinstance(c._transport._pool._network_backend, http_pool.AsyncioBackend)  # type: ignore[attr-defined]
-    assert isinstance(c._transport._pool, http_pool._Pool)  # type: ignore[attr-defined]
+async def test_requests_run_on_the_asyncio_backend(client: httpx.AsyncClient) -> None:
+    async with Server(keep_alive) as s:
+        r = await client.get(s.url)
+    assert isinstance(r.extensions["network_stream"], http_backend.AsyncioStream)
+
+
+async def test_a_proxy_in_the_environment_goes_through_httpx_own_transport(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:1")  # nothing listens there
+    async with Server(keep_alive) as s:
+        async with http_pool.pooled_client(max_connections=1, max_keepalive=1) as c:
+            with pytest.raises(httpx.ConnectError):  # the server is up: the proxy is not
+                await c.get(s.url)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        async with http_pool.pooled_client(max_connections=1, max_keepalive=1) as c:
+            assert (await c.get(s.url)).text == "ok"
 
 
 async def test_a_full_pool_queues_and_trims_to_max_keepalive_as_httpcore_does() -> None:
     async with Server(keep_alive) as s:
         seen = []
+        t = _transport(max_connections=3, max_keepalive_connections=1)
         for c in (
-            http_pool.pooled_client(max_connections=3, max_keepalive=1),
+            httpx.AsyncClient(transport=t),
             httpx.AsyncClient(limits=httpx.Limits(max_connections=3, max_keepalive_connections=1)),
         ):
             async with c:
                 before = s.connections
                 rs = await asyncio.gather(*(c.get(s.url) for _ in range(20)))
                 assert all(r.text == "ok" for r in rs)
-                assert len(c._transport._pool.connections) <= 1  # type: ignore[attr-defined]
                 seen.append(s.connections - before)
-        assert seen[0] == seen[1]  # the same connections opened as httpcore's own pool
+        assert seen[0] <= 3 and len(t.connections) <= 1
+        assert seen[0] <= seen[1]  # no more connections opened than httpcore's own pool
+
+
+async def test_a_full_pool_waits_for_a_connection_up_to_the_pool_timeout() -> None:
+    async with (
+        Server(keep_alive) as s,
+        httpx.AsyncClient(transport=_transport(max_connections=1)) as c,
+    ):
+        async with c.stream("GET", s.url) as held:
+            with pytest.raises(httpx.PoolTimeout):
+                await c.get(s.url, timeout=httpx.Timeout(5, pool=0.05))
+            waiting = asyncio.create_task(c.get(s.url))
+            await asyncio.sleep(0.05)
+            assert not waiting.done()
+            await held.aread()
+        assert (await asyncio.wait_for(waiting, 5)).text == "ok"
+        assert s.connections == 1
 
 
 async def test_keep_alive_reuses_one_connection(client: httpx.AsyncClient) -> None:
@@ -127,26 +164,24 @@ async def test_an_idle_connection_the_server_closed_is_replaced(client: httpx.As
 
 async def test_a_connection_whose_keep_alive_ran_out_gets_no_request() -> None:
     # Between the pool's full passes the connection a request gets is checked itself.
-    limits = httpx.Limits(max_connections=10, max_keepalive_connections=10, keepalive_expiry=0.05)
-    async with (
-        Server(keep_alive) as s,
-        http_pool.use_asyncio(httpx.AsyncClient(limits=limits)) as c,
-    ):
-        pool = c._transport._pool  # type: ignore[attr-defined]
+    pool = _transport(max_connections=10, max_keepalive_connections=10, keepalive_expiry=0.05)
+    async with Server(keep_alive) as s, httpx.AsyncClient(transport=pool) as c:
         assert (await c.get(s.url)).text == "ok"
         first = pool.connections[0]
         await asyncio.sleep(0.1)
         pool._swept_at = time.monotonic() + 3600  # no full pass now
         assert (await c.get(s.url)).text == "ok"
-        assert s.connections == 2 and first not in pool.connections and first.is_closed()
+        assert s.connections == 2 and first not in pool.connections
 
 
 async def test_a_full_pool_gives_a_dropped_connections_place_to_a_new_one() -> None:
     async with (
         Server(one_then_close) as s,
-        http_pool.pooled_client(max_connections=1, max_keepalive=1) as c,
+        httpx.AsyncClient(
+            transport=_transport(max_connections=1, max_keepalive_connections=1)
+        ) as c,
     ):
-        pool = c._transport._pool  # type: ignore[attr-defined]
+        pool = c._transport  # type: ignore[attr-defined]
         for _ in range(3):
             pool._swept_at = float("inf")  # only the full pool's own pass may run
             assert (await c.get(s.url)).text == "ok"
@@ -203,7 +238,7 @@ async def test_streamed_body_arrives_in_pieces(client: httpx.AsyncClient) -> Non
 async def test_the_stream_maps_write_errors() -> None:
     async with Server(keep_alive) as s:
         port = int(s.url.rsplit(":", 1)[1].strip("/"))
-        stream = await http_pool.AsyncioBackend().connect_tcp("127.0.0.1", port, timeout=5)
+        stream = await http_backend.AsyncioBackend().connect_tcp("127.0.0.1", port, timeout=5)
         assert stream.get_extra_info("is_readable") is False
         assert stream.get_extra_info("server_addr")[1] == port
         await stream.aclose()
@@ -228,13 +263,13 @@ async def test_a_request_goes_out_whole_before_the_response_is_read() -> None:
 
     async with Server(record) as s:
         port = int(s.url.rsplit(":", 1)[1].strip("/"))
-        stream = await http_pool.AsyncioBackend().connect_tcp("127.0.0.1", port, timeout=5)
+        stream = await http_backend.AsyncioBackend().connect_tcp("127.0.0.1", port, timeout=5)
         await stream.write(b"POST / HTTP/1.1\r\nContent-Length: 4\r\n\r\n", timeout=1)
         await stream.write(b"body", timeout=1)
         assert stream._held_bytes == 42  # type: ignore[attr-defined]
         assert await stream.read(2, timeout=5) == OK[:2]
         assert stream._held_bytes == 0  # type: ignore[attr-defined]
-        big = b"x" * (http_pool._HOLD_BYTES + 1)
+        big = b"x" * (http_backend._HOLD_BYTES + 1)
         await stream.write(b"POST / HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(big), timeout=1)
         await stream.write(big, timeout=5)
         assert stream._held_bytes == 0  # type: ignore[attr-defined]
