@@ -31,6 +31,9 @@ class EventName(StrEnum):
     LOOP_UPGRADE_REQUESTED = "loop.upgrade_requested"
     LOOP_UPGRADED = "loop.upgraded"
     LOOP_WAITING_FOR_VERSION = "loop.waiting_for_version"
+    # child loops (agents as tools): written on the parent
+    LOOP_CHILD_STARTED = "loop.child_started"
+    LOOP_CHILD_FINISHED = "loop.child_finished"
     #: a webhook type only (a loop paused by one of its budgets), not an event row
     LOOP_BUDGET_EXCEEDED = "loop.budget_exceeded"
     # turns

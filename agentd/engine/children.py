@@ -31,6 +31,7 @@ from agentd.db.pool import Connection, connection, transaction
 from agentd.engine import loop_limits
 from agentd.engine.context import ToolContext
 from agentd.errors import AgentdError, FenceLost
+from agentd.event_names import EventName
 from agentd.states import LoopStatus, ToolCallOutcome, TransitionReason
 from agentd.store import events, loops, messages, tool_calls
 from agentd.store.models import Loop, NewEvent
@@ -153,7 +154,7 @@ async def _start(
             [
                 *ctx.events,
                 NewEvent(
-                    name="loop.child_started",
+                    name=EventName.LOOP_CHILD_STARTED,
                     loop_id=parent.id,
                     tool_call_id=tc.id,
                     reason=TransitionReason.STARTED,
@@ -166,7 +167,7 @@ async def _start(
             {"type": "child", "loop_id": str(parent.id), "status": "started", **detail},
         )
     ctx.events = []
-    log.info("loop.child_started", loop_id=str(parent.id), child_id=str(child.id))
+    log.info(EventName.LOOP_CHILD_STARTED, loop_id=str(parent.id), child_id=str(child.id))
     if spec.detach:
         return _started(spec, child), True, None, None
     ctx.tool_call = linked

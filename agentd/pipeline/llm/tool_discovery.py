@@ -194,7 +194,6 @@ def _all_shared(sessions: list[dict[str, Any]]) -> bool:
     )
 
 
-
 class ToolDiscovery:
     def __init__(self, app: Handler[TurnContext], *, defers_record: bool = False) -> None:
         self.app = app

@@ -63,7 +63,7 @@ class ApprovalGate:
             lambda conn: tool_calls.park(
                 conn, tool_call_id=tc.id, lease_token=ctx.lease_token, deadline=deadline
             ),
-            event="tool_call.awaiting_approval",
+            event=EventName.TOOL_CALL_AWAITING_APPROVAL,
             reason=TransitionReason.AWAITING_APPROVAL,
             outcome=ToolCallOutcome.AWAITING_APPROVAL,
         )

@@ -24,6 +24,7 @@ from typing import Any
 from agentd.db.pool import Connection, transaction
 from agentd.engine.context import ToolContext
 from agentd.errors import FenceLost
+from agentd.event_names import EventName
 from agentd.states import LoopStatus, ToolCallOutcome, TransitionReason
 from agentd.store import events, loops, tool_calls
 from agentd.store.models import Loop, NewEvent, ToolCall
@@ -44,7 +45,7 @@ async def park(
     ctx: ToolContext,
     park_row: Callable[[Connection], Awaitable[ToolCall | None]],
     *,
-    event: str,
+    event: EventName,
     reason: TransitionReason,
     outcome: ToolCallOutcome,
     log: Callable[[ToolCall], str | None] = lambda row: None,
@@ -106,7 +107,7 @@ async def park_for_input(ctx: ToolContext, request: dict[str, Any]) -> None:
         lambda conn: tool_calls.park_input(
             conn, tool_call_id=ctx.tool_call.id, lease_token=ctx.lease_token, input_request=request
         ),
-        event="tool_call.awaiting_input",
+        event=EventName.TOOL_CALL_AWAITING_INPUT,
         reason=TransitionReason.AWAITING_INPUT,
         outcome=ToolCallOutcome.AWAITING_INPUT,
         log=lambda parked: f"round={parked.input_rounds} requests={keys}",

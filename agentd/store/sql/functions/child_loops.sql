@@ -18,6 +18,10 @@ DECLARE
     p loops%ROWTYPE;
     v_call bigint;
 BEGIN
+    IF NEW.parent_id IS NULL THEN
+        RETURN NULL;  -- a top-level loop (checked here, not in WHEN: the trigger is created
+                      -- before the migration that adds the column when upgrading step by step)
+    END IF;
     IF NEW.status = 'paused' AND NEW.status_reason IS DISTINCT FROM 'max_steps_exceeded'
        AND NEW.status_reason IS DISTINCT FROM 'token_budget_exceeded'
        AND NEW.status_reason IS DISTINCT FROM 'cost_budget_exceeded' THEN
@@ -48,7 +52,7 @@ END
 $$;
 
 CREATE OR REPLACE TRIGGER loops_child_settled AFTER UPDATE OF status ON loops
-    FOR EACH ROW WHEN ((new.parent_id IS NOT NULL) AND (old.status IS DISTINCT FROM new.status)
+    FOR EACH ROW WHEN ((old.status IS DISTINCT FROM new.status)
         AND (new.status = ANY (ARRAY['completed'::text, 'failed'::text, 'stopped'::text, 'paused'::text])))
     EXECUTE FUNCTION agentd_child_loop_settled();
 
