@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from agentd.engine.context import ToolContext
+from agentd.event_names import EventName
 from agentd.mcp import tool_names
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.tool import waiting
