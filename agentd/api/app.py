@@ -34,6 +34,7 @@ from agentd.api import (
     routes_approvals,
     routes_costs,
     routes_events,
+    routes_loop_actions,
     routes_loops,
     routes_providers,
     routes_schedules,
@@ -99,6 +100,8 @@ def create_api(state: AppState) -> FastAPI:
         prefix="/v1", dependencies=[Depends(auth.require_token), Depends(query_shape.check)]
     )
     v1.include_router(routes_loops.router)
+    v1.include_router(routes_loop_actions.router)
+    v1.include_router(routes_loop_actions.router)
     v1.include_router(routes_state.router)
     v1.include_router(routes_events.router)
     v1.include_router(routes_webhooks.router)
