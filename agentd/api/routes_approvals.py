@@ -160,6 +160,6 @@ async def upgrade_agent(
         from_version=body.from_version,
         to_version=body.to_version,
         dry_run=body.dry_run,
-        by="api",
+        by=auth.caller(request),
     )
     return AgentUpgradeOut(**out)

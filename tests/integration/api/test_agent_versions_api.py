@@ -92,7 +92,7 @@ async def test_upgrade_a_loop_and_an_agent_through_the_client(
         audit = await conn.fetch(
             "SELECT log FROM events WHERE name = 'loop.upgrade_requested' ORDER BY id"
         )
-    assert len(audit) == 3 and '"by": "api"' in audit[0]["log"]
+    assert len(audit) == 3 and '"by": "api:operator"' in audit[0]["log"]
 
 
 @pytest.mark.parametrize(
