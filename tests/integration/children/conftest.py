@@ -33,11 +33,39 @@ class BudgetBoss(Boss):
     max_tokens_total = 1000
 
 
+class ThriftyCalc(CalcAgent):
+    """A calculator with its own budgets, smaller than a BudgetBoss / CostBoss leaves."""
+
+    max_tokens_total = 100
+    max_cost = "0.01"
+
+
+class LavishCalc(CalcAgent):
+    """A calculator whose own budgets are larger than any parent here has."""
+
+    max_tokens_total = 1_000_000
+    max_cost = "500"
+
+
+class ThriftyBoss(CalcAgent):
+    max_tokens_total = 1000
+    agent_tools = ["thrifty", "lavish"]
+
+
+class CostBoss(CalcAgent):
+    max_cost = "2"
+    agent_tools = ["thrifty", "lavish"]
+
+
 @pytest.fixture
 def registry() -> AgentRegistry:
     reg = agents.registry()
     reg.register("boss", Boss)
     reg.register("budget_boss", BudgetBoss)
+    reg.register("thrifty", ThriftyCalc)
+    reg.register("lavish", LavishCalc)
+    reg.register("thrifty_boss", ThriftyBoss)
+    reg.register("cost_boss", CostBoss)
     return reg
 
 
