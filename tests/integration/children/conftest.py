@@ -33,6 +33,28 @@ class BudgetBoss(Boss):
     max_tokens_total = 1000
 
 
+class Middle(CalcAgent):
+    """A child that delegates in turn (depth 2 under GrandBoss)."""
+
+    agent_tools = ["calc"]
+
+
+class GrandBoss(CalcAgent):
+    agent_tools = ["middle"]
+
+
+class ProbeBoss(CalcAgent):
+    """Delegates to the probe agent, whose slow_add a test holds with a file."""
+
+    agent_tools = ["probe"]
+
+
+class LostBoss(CalcAgent):
+    """Names an agent no one registered."""
+
+    agent_tools = ["nobody"]
+
+
 class ThriftyCalc(CalcAgent):
     """A calculator with its own budgets, smaller than a BudgetBoss / CostBoss leaves."""
 
@@ -63,6 +85,10 @@ def registry() -> AgentRegistry:
     reg.register("boss", Boss)
     reg.register("budget_boss", BudgetBoss)
     reg.register("thrifty", ThriftyCalc)
+    reg.register("middle", Middle)
+    reg.register("grand_boss", GrandBoss)
+    reg.register("probe_boss", ProbeBoss)
+    reg.register("lost_boss", LostBoss)
     reg.register("lavish", LavishCalc)
     reg.register("thrifty_boss", ThriftyBoss)
     reg.register("cost_boss", CostBoss)
