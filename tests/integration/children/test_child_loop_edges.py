@@ -235,3 +235,24 @@ async def test_an_agent_tool_naming_an_unknown_agent_is_a_tool_error_naming_the_
     assert "calc" in result and "lost_boss" in result
     assert len(_requests_with_tool_text(fake_llm, "Tool agent__nobody could not start")) == 1
     assert await _no_jobs(pool, loop_id)
+
+
+async def test_interrupting_the_parent_stops_the_child_its_answered_call_waited_on(
+    pool: Pool, database_url: str, registry: AgentRegistry, fake_llm: FakeLLM
+) -> None:
+    fake_llm.add(Rule(match="ADD 1 2", reply=Reply(content="late", delay_before_first_byte=30)))
+    fake_llm.add(Rule(match="NEVER MIND", reply=Reply(content="ok, dropped it")))
+    _delegate(fake_llm, ToolCall("agent__calc", {"message": "ADD 1 2"}))
+    async with running_engine(pool, database_url, registry) as engine:
+        parent = await _start(engine, fake_llm)
+        (kid,) = await eventually(lambda: _children(pool, parent.id))
+        await eventually(lambda: _is(pool, kid.id, "running"))
+        await engine.lifecycle.send(parent.id, "NEVER MIND", mode="interrupt")
+        # The call was answered "interrupted": the child's work can no longer reach the
+        # parent, so it is stopped with it rather than spending on (from its budget, too).
+        row = await _loop(pool, kid.id)
+        assert (row.status, row.status_reason) == ("stopped", "stopped_with_parent")
+        await eventually(lambda: _is(pool, parent.id, "completed"))
+        assert await _no_jobs(pool, kid.id)
+    (result,) = await _tool_results(pool, parent.id)
+    assert result.startswith("interrupted")
