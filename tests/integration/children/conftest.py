@@ -43,6 +43,10 @@ class GrandBoss(CalcAgent):
     agent_tools = ["middle"]
 
 
+class SequentialBoss(Boss):
+    sequential_tool_calls = True
+
+
 class ProbeBoss(CalcAgent):
     """Delegates to the probe agent, whose slow_add a test holds with a file."""
 
@@ -88,6 +92,7 @@ def registry() -> AgentRegistry:
     reg.register("middle", Middle)
     reg.register("grand_boss", GrandBoss)
     reg.register("probe_boss", ProbeBoss)
+    reg.register("sequential_boss", SequentialBoss)
     reg.register("lost_boss", LostBoss)
     reg.register("lavish", LavishCalc)
     reg.register("thrifty_boss", ThriftyBoss)

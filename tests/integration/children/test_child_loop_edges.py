@@ -256,3 +256,43 @@ async def test_interrupting_the_parent_stops_the_child_its_answered_call_waited_
         assert await _no_jobs(pool, kid.id)
     (result,) = await _tool_results(pool, parent.id)
     assert result.startswith("interrupted")
+
+
+async def test_a_sequential_parent_runs_its_children_one_after_the_other(
+    pool: Pool, database_url: str, registry: AgentRegistry, fake_llm: FakeLLM
+) -> None:
+    fake_llm.add(Rule(match="ADD 1 2", reply=Reply(content="three")))
+    fake_llm.add(Rule(match="ADD 3 4", reply=Reply(content="seven")))
+    _delegate(
+        fake_llm,
+        ToolCall("agent__calc", {"message": "ADD 1 2"}),
+        ToolCall("helper", {"message": "ADD 3 4"}),
+    )
+    async with running_engine(pool, database_url, registry) as engine:
+        parent = await _start(engine, fake_llm, agent="sequential_boss")
+        await eventually(lambda: _is(pool, parent.id, "completed"))
+    assert await _tool_results(pool, parent.id) == ["three", "seven"]
+    first, second = sorted(await _children(pool, parent.id), key=lambda k: k.created_at)
+    assert first.updated_at <= second.created_at  # the second started once the first ended
+    assert await _no_jobs(pool, parent.id)
+
+
+async def test_a_child_stopped_while_its_parent_is_paused_is_a_tool_error_on_resume(
+    pool: Pool, database_url: str, registry: AgentRegistry, fake_llm: FakeLLM
+) -> None:
+    fake_llm.add(Rule(match="ADD 1 2", reply=Reply(content="late", delay_before_first_byte=30)))
+    _delegate(fake_llm, ToolCall("agent__calc", {"message": "ADD 1 2"}), final="went on")
+    async with running_engine(pool, database_url, registry) as engine:
+        parent = await _start(engine, fake_llm)
+        (kid,) = await eventually(lambda: _children(pool, parent.id))
+        await eventually(lambda: _is(pool, kid.id, "running"))
+        await engine.lifecycle.pause(parent.id)
+        await engine.lifecycle.stop(kid.id)  # its end finds the parent paused: no job
+        assert await _no_jobs(pool, parent.id, kid.id)
+        await engine.lifecycle.resume(parent.id)
+        await eventually(lambda: _is(pool, parent.id, "completed"))
+    row = await _loop(pool, kid.id)
+    assert (row.status, row.status_reason) == ("stopped", "stopped_by_user")
+    assert await _tool_results(pool, parent.id) == [
+        f"The calc agent (child loop {kid.id}) was stopped before it finished."
+    ]
