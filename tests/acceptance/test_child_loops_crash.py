@@ -32,6 +32,10 @@ class = "agentd.testing.agents:ProbeChild"
 """
 
 TASK = "ADD 1 2"
+# A stream that outlasts any worker start (~8 minutes at 4 characters per 30 ms) and never
+# goes quiet for a read timeout: the test kills the child's worker mid-stream whenever the
+# standby worker is up, never racing the stream's end or a timeout.
+ENDLESS_TEXT = "Let me work this out carefully, one digit at a time. " * 1200
 
 
 def registry() -> AgentRegistry:
@@ -41,11 +45,12 @@ def registry() -> AgentRegistry:
     return reg
 
 
-def script(fake: FakeLLM, *, child_hangs_once: bool = False) -> None:
+def script(fake: FakeLLM, *, child_streams_on: bool = False) -> None:
     """The lead delegates TASK to probe_child, which answers `three`; the lead then says
-    what it heard. With `child_hangs_once`, the child's first request never answers."""
-    if child_hangs_once:
-        fake.add(Rule(match=TASK, reply=Reply(delay_before_first_byte=90), times=1))
+    what it heard. With `child_streams_on`, the child's first answer streams on and on."""
+    if child_streams_on:
+        endless = Reply(content=ENDLESS_TEXT, chunk_size=4, chunk_delay=0.03)
+        fake.add(Rule(match=TASK, reply=endless, times=1))
     fake.add(Rule(match=TASK, reply=Reply(content="three")))
     fake.add(
         Rule(
@@ -66,10 +71,11 @@ def child_requests(fake: FakeLLM) -> int:
 
 
 async def start(pool: Pool, fake: FakeLLM, probe: Path) -> uuid.UUID:
+    """The lead's loop; its child inherits its state (streaming, the probe directory)."""
     loop = await Lifecycle(pool, registry(), lifecycle_settings()).start(
         agent="probe_lead",
         message="DELEGATE",
-        state={"llm": fake.base_url, "probe_dir": str(probe)},
+        state={"llm": fake.base_url, "probe_dir": str(probe), "stream": True},
     )
     return loop.id
 
@@ -115,15 +121,22 @@ async def test_sigkill_mid_child_turn_reruns_the_child_and_answers_the_parent_on
     config = tmp_path / "children.toml"
     config.write_text(CONFIG)
     async with FakeLLM() as fake, fleet(tmp_path, database_url) as f:
-        script(fake, child_hangs_once=True)
+        script(fake, child_streams_on=True)
         a = await worker(f, "worker-a", pool, config)
         parent = await start(pool, fake, probe)
 
-        async def child_turn_sent() -> bool:
-            return child_requests(fake) >= 1
+        async def child_streaming() -> uuid.UUID | None:
+            async with connection(pool) as conn:
+                return await conn.fetchval(
+                    "SELECT l.id FROM loops l JOIN messages m ON m.loop_id = l.id "
+                    "WHERE l.parent_id = $1 AND m.status = 'processing' "
+                    "AND length(m.content) > 8",
+                    parent,
+                )
 
-        await poll(child_turn_sent, within=30, what="the child's turn sent")
+        kid = await poll(child_streaming, within=30, what="the child's answer streaming")
         await worker(f, "worker-b", pool, config)
+        assert (await loop_row(pool, kid))["worker_id"] == a.worker_id  # still on a, mid-turn
         a.kill9()
 
         await poll(lambda: completed(pool, parent), within=LEASE + 20, what="parent completed")
