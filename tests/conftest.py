@@ -102,6 +102,7 @@ def _no_agentd_env(monkeypatch: pytest.MonkeyPatch) -> None:
 SLOW_FILES = {
     # crash, chaos and soak runs of real agentd processes (SIGKILL, outages, fleets)
     "acceptance/test_chaos.py",
+    "acceptance/test_child_loops_crash.py",
     "acceptance/test_compaction_crash.py",
     "acceptance/test_crash_race.py",
     "acceptance/test_crash_recovery.py",

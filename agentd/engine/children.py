@@ -26,7 +26,7 @@ from decimal import Decimal
 from typing import Any
 
 from agentd import agent_tools, logs
-from agentd.agent import Agent
+from agentd.agent import Agent, LoopView
 from agentd.db.pool import Connection, connection, transaction
 from agentd.engine import loop_limits
 from agentd.engine.context import ToolContext
@@ -111,7 +111,13 @@ async def _start(
                 None,
                 None,
             )
-        limits = await child_limits(conn, ctx.agent, parent)
+        inherited = {k: v for k, v in (parent.state or {}).items() if k not in LIMIT_KEYS}
+        given = {k: v for k, v in given.items() if k not in LIMIT_KEYS}
+        # The child's own agent, as it will see its loop: its own budgets cap it too.
+        own = rt.registry.instantiate(
+            spec.agent, LoopView(subject=parent.subject, state={**inherited, **given})
+        )
+        limits = await child_limits(conn, ctx.agent, parent, own)
         if limits is None:
             return (
                 f"Tool {tc.name} refused: this loop's token or cost budget has nothing left "
@@ -120,8 +126,6 @@ async def _start(
                 None,
                 None,
             )
-        inherited = {k: v for k, v in (parent.state or {}).items() if k not in LIMIT_KEYS}
-        given = {k: v for k, v in given.items() if k not in LIMIT_KEYS}
         lifecycle = Lifecycle(rt.pool, rt.registry, rt.settings)
         child = await lifecycle.start_in(
             conn,
@@ -239,13 +243,16 @@ def _json(value: dict[str, Any]) -> str:
 # --- budgets ------------------------------------------------------------------------------
 
 
-async def child_limits(conn: Connection, agent: Agent, parent: Loop) -> dict[str, Any] | None:
-    """The state keys that cap a new child at what the parent has left, counting the tree's
-    spend and what running children may still spend; None: nothing left."""
+async def child_limits(
+    conn: Connection, agent: Agent, parent: Loop, child: Agent | None = None
+) -> dict[str, Any] | None:
+    """The state keys that cap a new child: for each budget the parent has, the smaller of
+    what the parent has left (counting the tree's spend and what running children may still
+    spend) and the child agent's own; None: the parent has nothing left."""
     token_limit = loop_limits.token_budget(agent, parent)
     cost_limit = loop_limits.cost_budget(agent, parent)
     if token_limit is None and cost_limit is None:
-        return {}
+        return {}  # nothing to share: the child keeps its own budgets, if any
     tokens, cost = await loops.tree_spend(conn, loop_id=parent.id)
     spent_cost = cost or Decimal(0)
     for sibling in await loops.list_children(conn, parent_id=parent.id):
@@ -258,15 +265,21 @@ async def child_limits(conn: Connection, agent: Agent, parent: Loop) -> dict[str
         own_cost = loop_limits.cost_budget(None, sibling)
         if own_cost is not None:
             spent_cost += max(Decimal(0), own_cost - (s_cost or Decimal(0)))
+    # The child's state limit replaces its agent's (loop_limits), so the smaller goes in it.
     out: dict[str, Any] = {}
     if token_limit is not None:
         if token_limit - tokens <= 0:
             return None
-        out["max_tokens_total"] = token_limit - tokens
+        left = token_limit - tokens
+        mine = loop_limits.agent_token_budget(child)
+        out["max_tokens_total"] = left if mine is None else min(left, mine)
     if cost_limit is not None:
         if cost_limit - spent_cost <= 0:
             return None
-        out["max_cost"] = format((cost_limit - spent_cost).normalize(), "f")
+        left_cost = cost_limit - spent_cost
+        mine_cost = loop_limits.agent_cost_budget(child)
+        capped = left_cost if mine_cost is None else min(left_cost, mine_cost)
+        out["max_cost"] = format(capped.normalize(), "f")
     return out
 
 

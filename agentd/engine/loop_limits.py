@@ -76,8 +76,13 @@ def token_budget(agent: object, loop: Loop) -> int | None:
     override = loop.state.get("max_tokens_total") if isinstance(loop.state, dict) else None
     if isinstance(override, int) and not isinstance(override, bool) and override > 0:
         return override
+    return agent_token_budget(agent)
+
+
+def agent_token_budget(agent: object) -> int | None:
+    """The agent's own token budget (`max_tokens_total`), whatever its loop's state says."""
     value = getattr(agent, "max_tokens_total", None)
-    return value if isinstance(value, int) and value > 0 else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def tokens_spent(loop: Loop) -> int:
@@ -106,7 +111,12 @@ def _positive_decimal(value: object) -> Decimal | None:
 def cost_budget(agent: object, loop: Loop) -> Decimal | None:
     """The loop's cost budget in USD: loop state `max_cost`, else the agent's."""
     override = loop.state.get("max_cost") if isinstance(loop.state, dict) else None
-    return _positive_decimal(override) or _positive_decimal(getattr(agent, "max_cost", None))
+    return _positive_decimal(override) or agent_cost_budget(agent)
+
+
+def agent_cost_budget(agent: object) -> Decimal | None:
+    """The agent's own cost budget in USD (`max_cost`), whatever its loop's state says."""
+    return _positive_decimal(getattr(agent, "max_cost", None))
 
 
 def check_cost_budget(agent: object, loop: Loop) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agentd.db.pool import Connection, transaction
-from agentd.engine import steering
+from agentd.engine import cascade, steering
 from agentd.errors import BadRequest, IdempotencyKeyReused, InvalidTransition
 from agentd.states import ACTIVE, InputMode, TransitionReason
 from agentd.store import events, loop_inputs, loops, tool_calls
@@ -140,7 +140,11 @@ async def send_in(
         # a running tool call's MCP request is cancelled), answer the calls the model is
         # waiting on, then go on with the messages, in the order they were sent.
         await lc.cancel_in_flight(conn, loop, "interrupt", only_generation=True)
-        await tool_calls.interrupt_unresolved(conn, loop_id=loop.id, text=INTERRUPTED_RESULT)
+        answered = await tool_calls.interrupt_unresolved(
+            conn, loop_id=loop.id, text=INTERRUPTED_RESULT
+        )
+        # A child loop whose call was just answered "interrupted" works for no one now.
+        await cascade.stop_children_of(lc, conn, answered)
     applied = await loop_inputs.apply(conn, loop_id=loop.id, everything=True)
     await steering.record_applied(conn, loop.id, applied)
     await tool_calls.revoke_leases(conn, loop_id=loop.id)

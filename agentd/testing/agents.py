@@ -15,7 +15,7 @@ from agentd.mcp.port import CallContext
 from agentd.mcp.toolset import Toolset
 
 if TYPE_CHECKING:
-    from agentd.engine.context import ToolContext
+    from agentd.engine.context import ToolContext, TurnContext
     from agentd.pipeline.builder import Builder, Handler
     from agentd.registry import AgentRegistry
 
@@ -59,7 +59,9 @@ class SequentialCalcAgent(CalcAgent):
 # line per invocation to <probe_dir>/invocations.jsonl. While <probe_dir>/hold exists,
 # `slow_add` waits (so a test can kill the worker mid-call); while
 # <probe_dir>/crash_after_checkpoint exists, ProbeAgent's worker SIGKILLs itself right after
-# a tool result is checkpointed and before the tool message and continuation are written.
+# a tool result is checkpointed and before the tool message and continuation are written;
+# while <probe_dir>/crash_after_child_end exists, right after a child loop's last turn
+# commits (its end), before the parent's call runs again.
 
 probe = Toolset("probe")
 INVOCATIONS = "invocations.jsonl"
@@ -121,6 +123,31 @@ class CrashAfterCheckpoint:
         await self.app(ctx)
 
 
+class CrashAfterChildEnd:
+    """Test middleware: kill -9 this process right after a child loop's finishing turn
+    commits, before its parent's call runs again.
+
+    Position: after ResponseParsing. Fires only while <probe_dir>/crash_after_child_end
+    exists and the turn just completed a loop that has a parent. Finalizer: no.
+    """
+
+    def __init__(self, app: Handler[TurnContext]) -> None:
+        self.app = app
+
+    async def __call__(self, ctx: TurnContext) -> None:
+        await self.app(ctx)
+        loop = ctx.loop
+        where = (loop.state or {}).get("probe_dir")
+        if (
+            where
+            and ctx.finished
+            and loop.parent_id is not None
+            and loop.status == "completed"
+            and (Path(where) / "crash_after_child_end").exists()
+        ):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 class ProbeAgent(CalcAgent):
     """CalcAgent plus the probe toolset and the CrashAfterCheckpoint middleware."""
 
@@ -131,6 +158,23 @@ class ProbeAgent(CalcAgent):
         from agentd.pipeline.tool.tool_execution import ToolExecution
 
         builder.insert_after(ToolExecution, CrashAfterCheckpoint)
+
+
+class ProbeChild(ProbeAgent):
+    """A ProbeAgent plus CrashAfterChildEnd: the child loop of ProbeLead."""
+
+    @classmethod
+    def configure_llm_middlewares(cls, builder: Builder) -> None:
+        from agentd.pipeline.llm.response_parsing import ResponseParsing
+
+        builder.insert_after(ResponseParsing, CrashAfterChildEnd)
+
+
+class ProbeLead(ProbeAgent):
+    """A ProbeAgent that delegates to `probe_child` (tool `agent__probe_child`), for tests
+    that kill workers around child loops (register both under those names)."""
+
+    agent_tools = ["probe_child"]
 
 
 def registry() -> AgentRegistry:

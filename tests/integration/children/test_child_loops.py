@@ -230,3 +230,68 @@ async def test_the_api_shows_the_tree(
     assert bad.status_code == 422
     page = await client.get(f"/admin/loops/{parent.id}/children")
     assert page.status_code == 200 and f'data-child="{kid.id}"' in page.text
+
+
+async def test_a_child_with_a_smaller_budget_of_its_own_keeps_it(
+    pool: Pool, database_url: str, registry: AgentRegistry, fake_llm: FakeLLM
+) -> None:
+    # The parent (1000 tokens) has 750 left; the child's own max_tokens_total is 100. It is
+    # held to 100, so its second turn is refused and the parent hears it stopped at its limit.
+    fake_llm.add(
+        Rule(
+            match="ADD 1 2",
+            reply=Reply(tool_calls=[ToolCall("add", {"a": 1, "b": 2})], usage=(150, 10)),
+        )
+    )
+    fake_llm.add(
+        Rule(
+            match=lambda m: m.role == "user" and "DELEGATE" in m.text,
+            reply=Reply(
+                tool_calls=[ToolCall("agent__thrifty", {"message": "ADD 1 2"})], usage=(200, 50)
+            ),
+        )
+    )
+    fake_llm.add(Rule(match=lambda m: m.role == "tool" and m.text == "3", reply=Reply("three")))
+    fake_llm.add(Rule(match=lambda m: m.role == "tool", reply=Reply(content="done")))
+    async with running_engine(pool, database_url, registry) as engine:
+        parent = await _start(engine, fake_llm, agent="thrifty_boss")
+        (kid,) = await eventually(lambda: _children(pool, parent.id))
+        assert kid.state["max_tokens_total"] == 100  # min(750 the parent has left, 100 its own)
+        await eventually(lambda: _is(pool, parent.id, "completed"))
+    kid = await _loop(pool, kid.id)
+    assert (kid.status, kid.status_reason) == ("paused", "token_budget_exceeded")
+    (result,) = await _tool_results(pool, parent.id)
+    assert "stopped at its limit" in result
+
+
+async def test_a_child_with_a_larger_budget_of_its_own_gets_only_what_the_parent_has_left(
+    pool: Pool, database_url: str, registry: AgentRegistry, fake_llm: FakeLLM
+) -> None:
+    fake_llm.add(Rule(match="ADD 1 2", reply=Reply(content="three", usage=(10, 10))))
+    fake_llm.add(
+        Rule(
+            match=lambda m: m.role == "user" and "DELEGATE" in m.text,
+            reply=Reply(
+                tool_calls=[ToolCall("agent__lavish", {"message": "ADD 1 2"})], usage=(200, 50)
+            ),
+        )
+    )
+    fake_llm.add(Rule(match=lambda m: m.role == "tool", reply=Reply(content="done")))
+    async with running_engine(pool, database_url, registry) as engine:
+        parent = await _start(engine, fake_llm, agent="thrifty_boss")
+        (kid,) = await eventually(lambda: _children(pool, parent.id))
+        assert kid.state["max_tokens_total"] == 750  # min(750, its own 1_000_000)
+        await eventually(lambda: _is(pool, parent.id, "completed"))
+
+
+async def test_a_childs_cost_budget_is_the_smaller_of_its_own_and_the_parents_remainder(
+    pool: Pool, database_url: str, registry: AgentRegistry, fake_llm: FakeLLM
+) -> None:
+    fake_llm.add(Rule(match="ADD", reply=Reply(content="done")))
+    _delegate(fake_llm, ToolCall("agent__thrifty", {"message": "ADD 1 2"}))
+    async with running_engine(pool, database_url, registry) as engine:
+        parent = await _start(engine, fake_llm, agent="cost_boss")
+        await eventually(lambda: _is(pool, parent.id, "completed"))
+    (kid,) = await _children(pool, parent.id)
+    # The parent (max_cost 2, nothing priced spent) has 2 USD left; the child's own is 0.01.
+    assert kid.state["max_cost"] == "0.01"
