@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 
-CLAIMED_QUEUES = ("llm", "tool")
+from agentd.states import JobQueue
+
+CLAIMED_QUEUES = (JobQueue.LLM, JobQueue.TOOL)
 
 
 class Wakes:
