@@ -24,7 +24,8 @@ SELECT * FROM agentd_claim_llm($1::uuid[], $2::uuid, $3::float8, $4::text[], $5:
 -- Worker; claims up to $5 tool jobs and their calls' leases in one statement. Fence: the
 -- loop is running/waiting on the job's generation, the call is unresolved and not leased by
 -- a live holder, and (sequential calls) every earlier call of its turn is resolved. A job
--- that fails it is dropped (row with no call); of two jobs for one call, one leases it.
+-- that fails it is dropped (row with no call); of two jobs for one call, one leases it
+-- (one on the loop's generation, if either is).
 -- Lock order: the jobs SKIP LOCKED, then the calls in id order (docs/security.md).
 -- Agent versions (0025): a call of a loop whose version is not one of $4 is left for a
 -- worker that has it (the call runs on the version its turn ran on).
@@ -41,10 +42,13 @@ WITH j AS (
         FOR UPDATE SKIP LOCKED)
     RETURNING id, tool_call_id, loop_id, generation, lease_seconds
 ), n AS (
-    -- one job per call (the lowest id), numbered for its lease token
-    SELECT DISTINCT ON (tool_call_id) id, tool_call_id, generation, lease_seconds,
-           row_number() OVER (ORDER BY tool_call_id, id) AS rn
-    FROM j WHERE tool_call_id IS NOT NULL ORDER BY tool_call_id, id
+    -- one job per call, numbered for its lease token: one on the loop's generation if any
+    -- (a stale twin must not take the fresh job down with it), else the lowest id
+    SELECT DISTINCT ON (j.tool_call_id) j.id, j.tool_call_id, j.generation, j.lease_seconds,
+           row_number() OVER (ORDER BY j.tool_call_id, j.id) AS rn
+    FROM j LEFT JOIN loops gl ON gl.id = j.loop_id
+    WHERE j.tool_call_id IS NOT NULL
+    ORDER BY j.tool_call_id, (gl.execution_token IS NOT DISTINCT FROM j.generation) DESC, j.id
 ), lk AS (
     SELECT tc.id FROM tool_calls tc WHERE tc.id IN (SELECT tool_call_id FROM n)
     ORDER BY tc.id FOR NO KEY UPDATE OF tc

@@ -9,6 +9,10 @@
 -- then the keys in key order (a key's jobs in claim order, so its waiting loops run first
 -- started first); a loop not locked here (not queued when read) is not claimed
 -- later in the batch (its job is stale, dropped), so no loop is waited for while a key is held.
+-- First started, first run: once a key refuses a job (no free slot for that loop's limit),
+-- the key is held for the rest of the batch, so no later job of the key is taken ahead of
+-- the refused one (a loop with a higher limit, or a slot freed by a concurrent commit
+-- between two of the batch's statements); the held key's jobs stay, job_taken false.
 -- Agent versions (0025): a job of a queued loop whose version (or the upgrade asked for)
 -- is not one of p_versions is left for a worker that has it; a stale job is anyone's to drop.
 -- Each row carries the claimed loop (json) and the turn's context (agentd_turn_prefetch),
@@ -23,6 +27,7 @@ DECLARE
     v_locked uuid[];
     v_job record;
     v_i integer := 0;
+    v_held text[] := '{}';
 BEGIN
     SELECT array_agg(s.id) INTO v_jobs FROM (
         SELECT jb.id FROM jobs jb
@@ -48,12 +53,21 @@ BEGIN
         FOR NO KEY UPDATE OF lo
     ) s;
     FOR v_job IN
-        SELECT jb.id, jb.loop_id, jb.generation, jb.lease_seconds
+        SELECT jb.id, jb.loop_id, jb.generation, jb.lease_seconds,
+               -- the key this job's loop needs a slot of (NULL: none, or holds one already)
+               CASE WHEN lo.concurrency_limit IS NOT NULL AND NOT lo.concurrency_held
+                    THEN lo.concurrency_key END AS needs_key
         FROM jobs jb LEFT JOIN loops lo ON lo.id = jb.loop_id AND lo.id = ANY (v_locked)
         WHERE jb.id = ANY (v_jobs)
         ORDER BY lo.concurrency_key NULLS FIRST, jb.first_turn, jb.run_at, jb.id
     LOOP
         v_i := v_i + 1;
+        IF v_job.needs_key = ANY (v_held) THEN
+            -- its key refused an older job of this batch: this one waits its turn (stays)
+            RETURN QUERY SELECT v_job.id, v_job.loop_id, false, NULL::json, NULL::json,
+                                NULL::json, NULL::jsonb, NULL::jsonb, NULL::jsonb;
+            CONTINUE;
+        END IF;
         RETURN QUERY
         WITH c AS (
             SELECT v_job.id AS id, v_job.loop_id AS loop_id, v_job.generation AS generation,
@@ -98,6 +112,10 @@ BEGIN
                pf.history, pf.history_calls, pf.tools, pf.sessions, pf.backoffs
         FROM c LEFT JOIN j ON true LEFT JOIN l ON true
         LEFT JOIN LATERAL agentd_turn_prefetch(l.id) pf ON l.id IS NOT NULL;
+        -- Still there: its key had no slot for it (taken and stale jobs are deleted).
+        IF v_job.needs_key IS NOT NULL AND EXISTS (SELECT 1 FROM jobs WHERE id = v_job.id) THEN
+            v_held := v_held || v_job.needs_key;
+        END IF;
     END LOOP;
 END
 $$;
