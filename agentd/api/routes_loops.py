@@ -32,7 +32,6 @@ from agentd.api.state import AppState
 from agentd.db.pool import Connection, connection, transaction
 from agentd.engine import upgrades
 from agentd.errors import LoopNotFound
-from agentd.llm import prices
 from agentd.states import LoopInputStatus, LoopStatus
 from agentd.store import agent_versions, events, loop_inputs, loops, messages, tool_calls
 from agentd.store.models import Loop
@@ -80,11 +79,7 @@ async def start_loop(
 ) -> LoopOut:
     """Create a loop for `agent` with a first user message; a worker picks it up."""
     state = app_state(request)
-    loop_state = body.state
-    if body.max_tokens_total is not None:
-        loop_state = {**(loop_state or {}), "max_tokens_total": body.max_tokens_total}
-    if body.max_cost is not None:  # a string in state: JSON numbers are floats to many readers
-        loop_state = {**(loop_state or {}), "max_cost": prices.money(body.max_cost)}
+    loop_state = body.initial_state()
 
     async def start(conn: Connection) -> Loop:
         return await state.lifecycle.start_in(

@@ -106,6 +106,15 @@ class StartLoop(_In):
         },
     )
 
+    def initial_state(self) -> dict[str, Any] | None:
+        """The loop's state: `state` with the budgets given beside it kept in it."""
+        out = self.state
+        if self.max_tokens_total is not None:
+            out = {**(out or {}), "max_tokens_total": self.max_tokens_total}
+        if self.max_cost is not None:  # a string in state: JSON numbers are floats to many readers
+            out = {**(out or {}), "max_cost": prices.money(self.max_cost)}
+        return out
+
 
 class AtMessage(_In):
     message_id: Int = Field(ge=1, le=2**63 - 1, description="A message of this loop.")
