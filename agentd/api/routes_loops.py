@@ -32,7 +32,7 @@ from agentd.api.state import AppState
 from agentd.db.pool import Connection, connection, transaction
 from agentd.engine import upgrades
 from agentd.errors import LoopNotFound
-from agentd.states import LoopInputStatus, LoopStatus
+from agentd.states import JobQueue, LoopInputStatus, LoopStatus
 from agentd.store import agent_versions, events, loop_inputs, loops, messages, tool_calls
 from agentd.store.models import Loop
 
@@ -162,7 +162,7 @@ async def waiting_for_version(state: AppState, conn: Connection, loop: Loop) -> 
     queued = loop.status == LoopStatus.QUEUED
     need = (loop.upgrade_to or loop.agent_version) if queued else loop.agent_version
     live = await agent_versions.live(
-        conn, queue="llm" if queued else "tool", stale_seconds=stale_seconds(state)
+        conn, queue=JobQueue.LLM if queued else JobQueue.TOOL, stale_seconds=stale_seconds(state)
     )
     if need is not None and need in live:
         return None
