@@ -6,7 +6,7 @@ transaction, so another worker resumes it at once instead of after the lease exp
 Tolerates: a database that is away (the release is logged and skipped: the leases expire
 and the reaper requeues).
 Never: releases a lease whose token moved on (the release is fenced on the tokens).
-Called by: engine.worker (Worker.drain, Worker.release).
+Called by: engine.worker (Worker.drain).
 """
 
 from __future__ import annotations
