@@ -115,6 +115,25 @@ async def test_an_invalid_item_rejects_the_whole_batch_naming_it(
     assert await loop_count(pool) == 0
 
 
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        '{"agent": "calc", "message": "hi", "state": {"x": NaN}}',
+        '{"agent": "calc", "message": "a\\u0000b"}',
+        '{"agent": "calc", "message": "hi", "idempotency_key": "k\\u0000"}',
+        '{"agent": "calc", "message": "hi", "extra": 1}',
+    ],
+)
+async def test_a_hostile_item_is_a_422_naming_it(
+    client: httpx.AsyncClient, pool: Pool, hostile: str
+) -> None:
+    text = '{"loops": [{"agent": "calc", "message": "ok"}, ' + hostile + "]}"
+    r = await client.post("/v1/loops:batch", content=text)
+    assert r.status_code == 422, r.text
+    assert r.json()["index"] == 1 and "loops[1]" in r.json()["detail"]
+    assert await loop_count(pool) == 0
+
+
 async def test_an_item_the_engine_refuses_rejects_the_whole_batch_naming_it(
     client: httpx.AsyncClient, pool: Pool
 ) -> None:
