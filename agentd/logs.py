@@ -8,7 +8,6 @@ from collections.abc import MutableMapping
 from typing import Any, cast
 
 import structlog
-from structlog import _config as _structlog_config
 from structlog.typing import FilteringBoundLogger, Processor
 
 from agentd import redact
@@ -140,20 +139,23 @@ class _Logger:
         self._bound: Any = None
 
     def __getattr__(self, attr: str) -> Any:
-        c = _structlog_config._CONFIG
+        # structlog.get_config() hands out the configured objects themselves, so comparing
+        # their identities tells a reconfiguration (structlog.configure, capture_logs, ...)
+        # apart from the configuration the bound logger was made with (~0.2 us a call).
+        c = structlog.get_config()
         k = self._key
         if (
             k is None
-            or k[0] is not c.default_processors
-            or k[1] is not c.default_wrapper_class
-            or k[2] is not c.logger_factory
-            or k[3] is not c.default_context_class
+            or k[0] is not c["processors"]
+            or k[1] is not c["wrapper_class"]
+            or k[2] is not c["logger_factory"]
+            or k[3] is not c["context_class"]
         ):
             self._bound = structlog.get_logger(self._name).bind()
             self._key = (
-                c.default_processors,
-                c.default_wrapper_class,
-                c.logger_factory,
-                c.default_context_class,
+                c["processors"],
+                c["wrapper_class"],
+                c["logger_factory"],
+                c["context_class"],
             )
         return getattr(self._bound, attr)

@@ -303,8 +303,9 @@ class AgentRegistry:
         """Each agent's version as loaded here, by agent name (computed once)."""
         if self._versions is None:
             out = {}
+            dists = versions.distributions()
             for name in self.names():
-                defn = versions.definition(name, self._agents[name])
+                defn = versions.definition(name, self._agents[name], dists)
                 fp = versions.fingerprint(name, defn)
                 out[name] = AgentVersion(versions.version_id(fp), name, fp, defn)
             self._versions = out

@@ -17,11 +17,11 @@ the upgrade routes (the diff).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.metadata
 import inspect
 import json
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -190,13 +190,13 @@ def _middlewares(cls: type) -> dict[str, Any]:
     return out
 
 
-def _package(cls: type) -> dict[str, str] | None:
+def _package(cls: type, distributions: Mapping[str, list[str]]) -> dict[str, str] | None:
     """The distribution an agent class comes from and its version; None: agentd's own
     (a TOML agent or agentd.testing: agentd's version is no part of the definition)."""
     top = cls.__module__.split(".")[0]
     if top in ("agentd", "__main__", "builtins"):
         return None
-    dists = _distributions().get(top) or []
+    dists = distributions.get(top) or []
     for dist in dists:
         try:
             return {"name": dist, "version": importlib.metadata.version(dist)}
@@ -205,24 +205,27 @@ def _package(cls: type) -> dict[str, str] | None:
     return {"name": top, "version": "unknown"}
 
 
-@functools.cache
-def _distributions() -> dict[str, list[str]]:
-    """Top-level module -> the installed distributions providing it (read once)."""
+def distributions() -> dict[str, list[str]]:
+    """Top-level module -> the installed distributions providing it. It scans every
+    installed distribution: read it once per set of definitions (`definition`'s caller)."""
     try:
         return {k: list(v) for k, v in importlib.metadata.packages_distributions().items()}
     except Exception:
         return {}
 
 
-def definition(name: str, cls: type) -> dict[str, Any]:
-    """The agent's effective definition, as JSON (what its version fingerprints)."""
+def definition(
+    name: str, cls: type, dists: Mapping[str, list[str]] | None = None
+) -> dict[str, Any]:
+    """The agent's effective definition, as JSON (what its version fingerprints). `dists`:
+    `distributions()`, when the caller computes several definitions."""
     configured = bool(getattr(cls, "_configured_as", False))  # a TOML agent: no class
     base = next(
         (k for k in cls.__mro__ if "name" not in k.__dict__ or k.__dict__["name"] != name), cls
     )
     out: dict[str, Any] = {
         "class": "toml" if configured else f"{base.__module__}:{base.__qualname__}",
-        "package": _package(base),
+        "package": _package(base, distributions() if dists is None else dists),
         "system_prompt": _attr(cls, "system_prompt"),
         "approval_required": sorted(_attr(cls, "approval_required") or [])
         if isinstance(_attr(cls, "approval_required"), list)

@@ -12,7 +12,7 @@ from fastapi.responses import Response
 from agentd.admin import render
 from agentd.db.pool import connection
 from agentd.states import JobQueue, LoopStatus
-from agentd.store import concurrency_keys, events, jobs, loops, providers, workers
+from agentd.store import concurrency_keys, events, jobs, loop_reports, providers, workers
 
 router = APIRouter(prefix="/admin")
 
@@ -62,8 +62,8 @@ async def dashboard(request: Request) -> Response:
     state = request.app.state.agentd
     now = datetime.now(UTC)
     async with connection(state.pool) as conn:
-        counts = await loops.count_by_status_capped(conn, statuses=STATUSES, cap=COUNT_CAP)
-        estimate = await loops.estimate_total(conn)
+        counts = await loop_reports.count_by_status_capped(conn, statuses=STATUSES, cap=COUNT_CAP)
+        estimate = await loop_reports.estimate_total(conn)
         activity = await events.activity_per_minute(conn, window=WINDOW_MINUTES * 60.0)
         failures = await events.failure_reasons(conn, window=FAILURE_WINDOW)
         depth = await jobs.depth(conn)
@@ -73,7 +73,7 @@ async def dashboard(request: Request) -> Response:
             conn, window_seconds=state.settings.provider_rate_window
         )
         busy_keys = await concurrency_keys.list_(conn, limit=20)
-        cost = await loops.cost_by_agent(
+        cost = await loop_reports.cost_by_agent(
             conn, since=now - timedelta(seconds=COST_WINDOW), until=now, agent=None
         )
     buckets = minute_buckets(activity, now)

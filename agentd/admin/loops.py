@@ -28,7 +28,16 @@ from agentd.states import (
     MessageStatus,
     TransitionReason,
 )
-from agentd.store import agent_versions, events, jobs, loops, mcp, messages, tool_calls
+from agentd.store import (
+    agent_versions,
+    events,
+    jobs,
+    loop_reports,
+    loops,
+    mcp,
+    messages,
+    tool_calls,
+)
 from agentd.store.models import Event, Loop, Message, ToolCall
 
 router = APIRouter(prefix="/admin")
@@ -111,7 +120,7 @@ async def list_loops(request: Request) -> Response:
         if exact is not None and (await loops.get(conn, loop_id=exact)) is not None:
             return render.redirect(request, f"/admin/loops/{exact}")
         if q:
-            rows = await loops.search(
+            rows = await loop_reports.search(
                 conn,
                 status=status,
                 agent=agent,
@@ -121,10 +130,10 @@ async def list_loops(request: Request) -> Response:
                 limit=PAGE_SIZE + 1,
             )
         else:
-            rows = await loops.list_(
+            rows = await loop_reports.list_(
                 conn, status=status, agent=agent, cursor=cursor, limit=PAGE_SIZE + 1
             )
-        counts = await loops.count_by_status_capped(conn, statuses=STATUSES, cap=10_000)
+        counts = await loop_reports.count_by_status_capped(conn, statuses=STATUSES, cap=10_000)
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
     keep = {k: v for k, v in (("status", status), ("agent", agent), ("q", q)) if v}

@@ -6,15 +6,15 @@ so the admin imports the API and never the reverse.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Depends, FastAPI, Request, routing
-from fastapi._compat import ModelField
 from fastapi.dependencies.models import Dependant
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.security import HTTPBearer
 from pydantic import TypeAdapter
+from pydantic.fields import FieldInfo
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -197,8 +197,16 @@ def _declared_integer_bounds(routes: list[BaseRoute]) -> dict[float, int]:
     return found
 
 
-def _params(dependant: Dependant) -> list[ModelField]:
-    fields = [
+class _Param(Protocol):
+    """What a route's parameter (FastAPI's field: path, query, header, cookie or body)
+    offers here: the pydantic FieldInfo it was declared with."""
+
+    @property
+    def field_info(self) -> FieldInfo: ...
+
+
+def _params(dependant: Dependant) -> list[_Param]:
+    fields: list[_Param] = [
         *dependant.path_params,
         *dependant.query_params,
         *dependant.header_params,

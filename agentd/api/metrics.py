@@ -21,7 +21,7 @@ from agentd.db.pool import Pool, connection
 from agentd.engine.service import unconsumed_queues
 from agentd.observability.metrics import Telemetry
 from agentd.settings import QUEUES
-from agentd.store import agent_versions, jobs, loops, providers, workers
+from agentd.store import agent_versions, jobs, loop_reports, providers, workers
 
 if TYPE_CHECKING:
     from agentd.api.state import AppState
@@ -82,7 +82,7 @@ class FleetGauges:
 
     async def refresh(self, pool: Pool) -> None:
         async with connection(pool) as conn:
-            by_status = await loops.count_by_status(conn)
+            by_status = await loop_reports.count_by_status(conn)
             waiting = await agent_versions.count_waiting(conn)
             depth = await jobs.depth(conn)
             fleet = await workers.list_(conn)

@@ -14,11 +14,11 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentd.api import idempotency, problems
 from agentd.api.problems import ApiProblem
-from agentd.api.schemas import LoopOut, StartLoop, _In
+from agentd.api.schemas import LoopOut, StartLoop
 from agentd.api.state import AppState
 from agentd.db.pool import Connection, transaction
 from agentd.errors import AgentdError, LoopNotFound
@@ -60,7 +60,9 @@ class BatchItem(StartLoop):
     )
 
 
-class StartLoops(_In):
+class StartLoops(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
     loops: list[BatchItem] = Field(
         min_length=1, max_length=MAX_ITEMS, description="The loops to start, 1 to 500."
     )

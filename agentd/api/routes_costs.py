@@ -19,7 +19,7 @@ from agentd.api.schemas import (
     Tokens,
 )
 from agentd.db.pool import connection
-from agentd.store import loops, messages
+from agentd.store import loop_reports, messages
 
 router = APIRouter(tags=["costs"])
 
@@ -52,7 +52,7 @@ async def costs(
         raise ApiProblem(400, "`since` must be before `until`", problem_type="invalid-window")
     state = app_state(request)
     async with connection(state.pool) as conn:
-        per_agent = await loops.cost_by_agent(conn, since=start, until=end, agent=agent)
+        per_agent = await loop_reports.cost_by_agent(conn, since=start, until=end, agent=agent)
         per_model = await messages.cost_by_model(conn, since=start, until=end, agent=agent)
     models: dict[str, list[ModelCostOut]] = {}
     for r in per_model:

@@ -33,7 +33,15 @@ from agentd.db.pool import Connection, connection, transaction
 from agentd.engine import upgrades
 from agentd.errors import LoopNotFound
 from agentd.states import JobQueue, LoopInputStatus, LoopStatus
-from agentd.store import agent_versions, events, loop_inputs, loops, messages, tool_calls
+from agentd.store import (
+    agent_versions,
+    events,
+    loop_inputs,
+    loop_reports,
+    loops,
+    messages,
+    tool_calls,
+)
 from agentd.store.models import Loop
 
 router = APIRouter(prefix="/loops", tags=["loops"])
@@ -130,7 +138,7 @@ async def list_loops(
     state = app_state(request)
     after = pagination.decode(cursor) if cursor else None
     async with connection(state.pool) as conn:
-        rows = await loops.list_(
+        rows = await loop_reports.list_(
             conn,
             status=str(status) if status else None,
             agent=agent,

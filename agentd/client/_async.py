@@ -6,7 +6,6 @@ import asyncio
 import builtins
 import os
 from collections.abc import AsyncIterator, Iterable, Mapping
-from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -14,19 +13,14 @@ import httpx
 from httpx_sse import aconnect_sse
 
 from agentd.client import errors, routes, streaming
+from agentd.client.fleet import _AsyncFleet
 from agentd.client.models import (
-    AgentUpgradeOut,
-    CostsOut,
-    DeliveryOut,
-    EndpointOut,
     EventOut,
     InputRequestOut,
     LoopOut,
     LoopUpgradeOut,
     MessageOut,
     Page,
-    ProvidersOut,
-    ScheduleOut,
     SentMessageOut,
     SentOut,
     StateOut,
@@ -45,7 +39,7 @@ def _headers(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-class AsyncClient:
+class AsyncClient(_AsyncFleet):
     """`async with AsyncClient(url, token) as agentd: loop = await agentd.start(...)`.
 
     `token` defaults to AGENTD_API_TOKEN. Errors raise `agentd.client.errors` exceptions.
@@ -259,42 +253,6 @@ class AsyncClient:
         (or "*"); a stale one raises PreconditionFailed."""
         return await self._do(routes.patch_state(loop_id, patch, if_match))
 
-    async def feed(
-        self,
-        *,
-        after: int | None = None,
-        loop: LoopId | None = None,
-        agent: str | None = None,
-        types: builtins.list[str] | None = None,
-        limit: int = 100,
-    ) -> Page[EventOut]:
-        """The fleet's events (GET /v1/events), oldest first; pass `int(next_cursor)` as
-        `after`."""
-        return await self._do(routes.feed(after, loop, agent, types, limit))
-
-    async def costs(
-        self,
-        *,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        agent: str | None = None,
-    ) -> CostsOut:
-        return await self._do(routes.costs(since, until, agent))
-
-    async def providers(self) -> ProvidersOut:
-        return await self._do(routes.providers())
-
-    async def webhooks(self) -> builtins.list[EndpointOut]:
-        return await self._do(routes.webhooks())
-
-    async def webhook_deliveries(
-        self, *, status: str | None = None, cursor: str | int | None = None, limit: int = 50
-    ) -> Page[DeliveryOut]:
-        return await self._do(routes.webhook_deliveries(status, cursor, limit))
-
-    async def resend_delivery(self, delivery_id: int) -> DeliveryOut:
-        return await self._do(routes.resend_delivery(delivery_id))
-
     async def input_requests(self, loop_id: LoopId) -> builtins.list[InputRequestOut]:
         """Tool calls whose MCP server asked for a person's input."""
         return await self._do(routes.input_requests(loop_id))
@@ -309,52 +267,6 @@ class AsyncClient:
     ) -> ToolCallOut:
         return await self._do(routes.answer_input(tool_call_id, action, content, responses))
 
-    async def create_schedule(
-        self,
-        name: str,
-        agent: str,
-        message: str,
-        *,
-        cron: str | None = None,
-        at: datetime | None = None,
-        timezone: str | None = None,
-        overlap: str | None = None,
-        subject: str | None = None,
-        state: dict[str, Any] | None = None,
-        enabled: bool | None = None,
-    ) -> ScheduleOut:
-        spec = {
-            "name": name,
-            "agent": agent,
-            "message": message,
-            "cron": cron,
-            "at": at.isoformat() if at is not None else None,
-            "timezone": timezone,
-            "overlap": overlap,
-            "subject": subject,
-            "state": state,
-            "enabled": enabled,
-        }
-        return await self._do(routes.create_schedule(spec))
-
-    async def schedules(self) -> builtins.list[ScheduleOut]:
-        return await self._do(routes.list_schedules())
-
-    async def get_schedule(self, name: str) -> ScheduleOut:
-        return await self._do(routes.schedule("GET", name))
-
-    async def delete_schedule(self, name: str) -> ScheduleOut:
-        return await self._do(routes.schedule("DELETE", name))
-
-    async def pause_schedule(self, name: str) -> ScheduleOut:
-        return await self._do(routes.schedule("POST", name, "pause"))
-
-    async def resume_schedule(self, name: str) -> ScheduleOut:
-        return await self._do(routes.schedule("POST", name, "resume"))
-
-    async def agents(self) -> builtins.list[dict[str, Any]]:
-        return await self._do(routes.agents())
-
     async def upgrade(
         self, loop_id: LoopId, *, to_version: str | None = None, dry_run: bool = False
     ) -> LoopUpgradeOut:
@@ -362,17 +274,6 @@ class AsyncClient:
         boundary; `dry_run`: only the diff. Raises Conflict (`upgrade-would-orphan`) while a pending
         call's tool would be renamed or gone."""
         return await self._do(routes.upgrade(loop_id, to_version, dry_run))
-
-    async def upgrade_agent(
-        self,
-        agent: str,
-        *,
-        from_version: str | None = None,
-        to_version: str | None = None,
-        dry_run: bool = False,
-    ) -> AgentUpgradeOut:
-        """Upgrade a page of the agent's loops (`remaining`: call again)."""
-        return await self._do(routes.upgrade_agent(agent, from_version, to_version, dry_run))
 
     # --- live stream -----------------------------------------------------------------------
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -14,19 +13,14 @@ from httpx_sse import connect_sse
 
 from agentd.client import errors, routes, streaming
 from agentd.client._async import DEFAULT_URL, _headers
+from agentd.client.fleet import _SyncFleet
 from agentd.client.models import (
-    AgentUpgradeOut,
-    CostsOut,
-    DeliveryOut,
-    EndpointOut,
     EventOut,
     InputRequestOut,
     LoopOut,
     LoopUpgradeOut,
     MessageOut,
     Page,
-    ProvidersOut,
-    ScheduleOut,
     SentMessageOut,
     SentOut,
     StateOut,
@@ -38,7 +32,7 @@ from agentd.client.routes import LoopId
 R = TypeVar("R")
 
 
-class Client:
+class Client(_SyncFleet):
     """`with Client(url, token) as agentd: loop = agentd.start(...)`.
 
     `token` defaults to AGENTD_API_TOKEN. Errors raise `agentd.client.errors` exceptions.
@@ -249,42 +243,6 @@ class Client:
         (or "*"); a stale one raises PreconditionFailed."""
         return self._do(routes.patch_state(loop_id, patch, if_match))
 
-    def feed(
-        self,
-        *,
-        after: int | None = None,
-        loop: LoopId | None = None,
-        agent: str | None = None,
-        types: builtins.list[str] | None = None,
-        limit: int = 100,
-    ) -> Page[EventOut]:
-        """The fleet's events (GET /v1/events), oldest first; pass `int(next_cursor)` as
-        `after`."""
-        return self._do(routes.feed(after, loop, agent, types, limit))
-
-    def costs(
-        self,
-        *,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        agent: str | None = None,
-    ) -> CostsOut:
-        return self._do(routes.costs(since, until, agent))
-
-    def providers(self) -> ProvidersOut:
-        return self._do(routes.providers())
-
-    def webhooks(self) -> builtins.list[EndpointOut]:
-        return self._do(routes.webhooks())
-
-    def webhook_deliveries(
-        self, *, status: str | None = None, cursor: str | int | None = None, limit: int = 50
-    ) -> Page[DeliveryOut]:
-        return self._do(routes.webhook_deliveries(status, cursor, limit))
-
-    def resend_delivery(self, delivery_id: int) -> DeliveryOut:
-        return self._do(routes.resend_delivery(delivery_id))
-
     def input_requests(self, loop_id: LoopId) -> builtins.list[InputRequestOut]:
         """Tool calls whose MCP server asked for a person's input."""
         return self._do(routes.input_requests(loop_id))
@@ -299,52 +257,6 @@ class Client:
     ) -> ToolCallOut:
         return self._do(routes.answer_input(tool_call_id, action, content, responses))
 
-    def create_schedule(
-        self,
-        name: str,
-        agent: str,
-        message: str,
-        *,
-        cron: str | None = None,
-        at: datetime | None = None,
-        timezone: str | None = None,
-        overlap: str | None = None,
-        subject: str | None = None,
-        state: dict[str, Any] | None = None,
-        enabled: bool | None = None,
-    ) -> ScheduleOut:
-        spec = {
-            "name": name,
-            "agent": agent,
-            "message": message,
-            "cron": cron,
-            "at": at.isoformat() if at is not None else None,
-            "timezone": timezone,
-            "overlap": overlap,
-            "subject": subject,
-            "state": state,
-            "enabled": enabled,
-        }
-        return self._do(routes.create_schedule(spec))
-
-    def schedules(self) -> builtins.list[ScheduleOut]:
-        return self._do(routes.list_schedules())
-
-    def get_schedule(self, name: str) -> ScheduleOut:
-        return self._do(routes.schedule("GET", name))
-
-    def delete_schedule(self, name: str) -> ScheduleOut:
-        return self._do(routes.schedule("DELETE", name))
-
-    def pause_schedule(self, name: str) -> ScheduleOut:
-        return self._do(routes.schedule("POST", name, "pause"))
-
-    def resume_schedule(self, name: str) -> ScheduleOut:
-        return self._do(routes.schedule("POST", name, "resume"))
-
-    def agents(self) -> builtins.list[dict[str, Any]]:
-        return self._do(routes.agents())
-
     def upgrade(
         self, loop_id: LoopId, *, to_version: str | None = None, dry_run: bool = False
     ) -> LoopUpgradeOut:
@@ -352,17 +264,6 @@ class Client:
         boundary; `dry_run`: only the diff. Raises Conflict (`upgrade-would-orphan`) while a pending
         call's tool would be renamed or gone."""
         return self._do(routes.upgrade(loop_id, to_version, dry_run))
-
-    def upgrade_agent(
-        self,
-        agent: str,
-        *,
-        from_version: str | None = None,
-        to_version: str | None = None,
-        dry_run: bool = False,
-    ) -> AgentUpgradeOut:
-        """Upgrade a page of the agent's loops (`remaining`: call again)."""
-        return self._do(routes.upgrade_agent(agent, from_version, to_version, dry_run))
 
     # --- live stream -----------------------------------------------------------------------
 

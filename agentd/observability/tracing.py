@@ -9,19 +9,19 @@ endpoint is named, so an unconfigured process keeps the API's free no-op provide
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from importlib import metadata
 from typing import Any
 
 from agentd import __about__, logs
 
 try:
-    from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
     from opentelemetry.trace import SpanKind, StatusCode
 except ImportError:  # the extra is not installed
-    propagate = trace = otel_context = None  # type: ignore[assignment]
+    propagate = trace = None  # type: ignore[assignment]
 
 ENABLED = trace is not None
 TRACE_KEYS = ("traceparent", "tracestate")  # W3C trace context, as stored and sent
@@ -102,18 +102,9 @@ def off(parent: Mapping[str, Any] | None = None) -> bool:
     return trace is None or (not _carrier(parent) and _no_provider())
 
 
-# While no provider is set, the API's get_tracer_provider() looks the variable up in
-# os.environ on every call (~10 us, several spans a job): it is read once, at import (the
-# SDK reads it once too, at its first call), and the API asked only when it names a
-# provider or one was set in code.
-_ENV_NAMES_PROVIDER = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
-
-
 def _no_provider() -> bool:
     """No tracer provider is set (in code or by OTEL_PYTHON_TRACER_PROVIDER): every span
-    would be a non-recording one."""
-    if not _ENV_NAMES_PROVIDER and getattr(trace, "_TRACER_PROVIDER", False) is None:
-        return True
+    would be a non-recording one. (Until one is set, the API answers its proxy provider.)"""
     return isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
@@ -125,24 +116,28 @@ def fail(s: Any, error_type: str, description: str | None = None) -> None:
     s.set_status(StatusCode.ERROR, description)
 
 
-#: The context key HTTP instrumentations check (opentelemetry-api's; the instrumentation
-#: package's `suppress_http_instrumentation()` sets it): set, they make no span.
-_SUPPRESS_HTTP = "suppress_http_instrumentation"
+@functools.cache
+def _suppress_http() -> Callable[[], contextlib.AbstractContextManager[None]] | None:
+    """The instrumentations' own switch, `suppress_http_instrumentation()` of
+    opentelemetry-instrumentation (imported on first use: it loads wrapt). None when that
+    package is not installed: every HTTP instrumentation requires it, so none is running."""
+    try:
+        from opentelemetry.instrumentation.utils import suppress_http_instrumentation
+    except ImportError:
+        return None
+    return suppress_http_instrumentation
 
 
 @contextlib.contextmanager
 def http_untraced() -> Iterator[None]:
     """Inside, HTTP server and client instrumentations (FastAPI/ASGI, httpx) make no spans;
     agentd's own spans are unaffected."""
-    if otel_context is None:
+    suppress = _suppress_http() if trace is not None else None
+    if suppress is None:
         yield
         return
-    key = getattr(otel_context, "_SUPPRESS_HTTP_INSTRUMENTATION_KEY", _SUPPRESS_HTTP)
-    token = otel_context.attach(otel_context.set_value(key, True))
-    try:
+    with suppress():
         yield
-    finally:
-        otel_context.detach(token)
 
 
 def inject(headers: dict[str, str]) -> None:

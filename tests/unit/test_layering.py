@@ -1,7 +1,8 @@
 """The floors of docs/concepts.md ("Where things live"), checked on the source: a module
 may import its own floor and the floors below, never one above, and no two packages (nor
 two modules, at import time) import each other. Also the two third-party edges the docs
-name: the database driver and the web framework stay in their layers."""
+name: the database driver and the web framework stay in their layers; and other libraries
+are imported by their public names only."""
 
 from __future__ import annotations
 
@@ -171,6 +172,29 @@ def test_the_driver_and_the_web_framework_stay_in_their_layers() -> None:
             if name in ONLY_IN and _unit(module) not in ONLY_IN[name]:
                 misplaced.append(f"{path.relative_to(PACKAGE.parent)}:{line} loads {name}")
     assert misplaced == []
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_private_name_of_another_library_is_imported() -> None:
+    """Other libraries only through their public modules and names: a `fastapi._compat` or
+    `structlog._config` changes in any release, unannounced."""
+    private = []
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                dotted = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                dotted = [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            for name in dotted:
+                parts = name.split(".")
+                if parts[0] != "agentd" and any(_private(part) for part in parts):
+                    private.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {name}")
+    assert private == []
 
 
 def test_no_two_units_import_each_other() -> None:

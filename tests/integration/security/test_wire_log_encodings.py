@@ -101,27 +101,31 @@ def _leaks(text: str) -> list[str]:
     return [KEY[i : i + 12] for i in range(len(KEY) - 11) if KEY[i : i + 12] in readable]
 
 
-async def test_a_key_echoed_in_every_encoding_is_served_masked(
-    pool: Pool, database_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("ENC_LLM_KEY", KEY)
-    body = "\n".join(f"{name}: {enc} ;" for name, enc in ENCODED.items())
-    assert all(_leaks(enc) for enc in ENCODED.values())  # each case exposes the key unmasked
+async def _served(
+    pool: Pool, database_url: str, reply: Reply, *, streaming: bool, final: str
+) -> dict[str, Any]:
+    """Run one loop of an agent keyed with KEY against `reply`; read it back with a read
+    token once it reached status `final`."""
     async with FakeLLM() as fake:
-        fake.add(Rule(match="go", reply=Reply(status=401, error_body=body)))
+        fake.add(Rule(match="go", reply=reply))
         registry = AgentRegistry()
-        cfg = {"model": "m", "base_url": fake.base_url, "api_key_env": "ENC_LLM_KEY"}
+        cfg = {
+            "model": "m",
+            "base_url": fake.base_url,
+            "api_key_env": "ENC_LLM_KEY",
+            "streaming": streaming,
+        }
         registry.register("enc", agent_from_config("enc", cfg))
         settings = fast_settings(read_tokens=[SecretStr(READER)])
         async with running_engine(pool, database_url, registry, settings=settings) as engine:
             loop = await engine.lifecycle.start(agent="enc", message="go")
 
-            async def failed() -> bool:
+            async def ended() -> bool:
                 async with connection(pool) as conn:
                     status = await conn.fetchval("SELECT status FROM loops WHERE id = $1", loop.id)
-                return status == "failed"
+                return status == final
 
-            await eventually(failed, within=30)
+            await eventually(ended, within=30)
             state = AppState.create(
                 settings=settings,
                 pool=pool,
@@ -135,10 +139,13 @@ async def test_a_key_echoed_in_every_encoding_is_served_masked(
                 base_url="http://agentd.test",
                 headers={"Authorization": f"Bearer {READER}"},
             ) as api:
-                served = {
+                return {
                     path: (await api.get(f"/v1/loops/{loop.id}{path}")).json()
                     for path in ("", "/events", "/messages")
                 }
+
+
+def _assert_masked(served: dict[str, Any]) -> None:
     wire = [e for e in served["/events"]["items"] if e.get("response_data") or e.get("status")]
     assert wire, served["/events"]
     texts = "\n".join(_strings(served["/events"]))
@@ -147,3 +154,24 @@ async def test_a_key_echoed_in_every_encoding_is_served_masked(
     leaked = {path: _leaks("\n".join(_strings(v))) for path, v in served.items()}
     assert {k: v for k, v in leaked.items() if v} == {}
     assert json.dumps(served).count(KEY) == 0
+
+
+async def test_a_key_echoed_in_every_encoding_is_served_masked(
+    pool: Pool, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENC_LLM_KEY", KEY)
+    body = "\n".join(f"{name}: {enc} ;" for name, enc in ENCODED.items())
+    assert all(_leaks(enc) for enc in ENCODED.values())  # each case exposes the key unmasked
+    reply = Reply(status=401, error_body=body)
+    _assert_masked(await _served(pool, database_url, reply, streaming=False, final="failed"))
+
+
+async def test_a_streamed_answer_echoing_the_key_is_served_masked(
+    pool: Pool, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The client replaces only the call's literal key in a streamed body; the encoded
+    # forms are masked where the wire log is stored (store/events.py), and must be.
+    monkeypatch.setenv("ENC_LLM_KEY", KEY)
+    body = "\n".join(f"{name}: {enc} ;" for name, enc in ENCODED.items())
+    reply = Reply(content=f"{body}\nliteral: {KEY} ;", chunk_size=40)
+    _assert_masked(await _served(pool, database_url, reply, streaming=True, final="completed"))
