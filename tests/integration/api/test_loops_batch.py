@@ -8,12 +8,12 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import TOKEN
 from fastapi import FastAPI
 
 from agentd.client import AsyncClient, Client
 from agentd.client.errors import ApiError
 from agentd.db.pool import Pool
+from tests.integration.api.conftest import TOKEN
 
 LLM = {"llm": "http://127.0.0.1:9"}
 
