@@ -30,6 +30,38 @@ WAKE: list[tuple[str, float]] = []  # (loop id, time.time() when the claim retur
 
 
 def instrument() -> None:
+    if hasattr(jobs_store, "claim_llm_many"):  # batch claims (issue 41): the worker's calls
+        _instrument_batches()
+    else:  # an agentd that claims one job per call (before/after runs)
+        _instrument_single()
+    _instrument_chained()
+
+
+def _instrument_batches() -> None:
+    orig_llm, orig_tool = jobs_store.claim_llm_many, jobs_store.claim_tool_many
+
+    async def claim_llm_many(conn: Any, **kw: Any) -> Any:
+        t0 = time.perf_counter()
+        claims = await orig_llm(conn, **kw)
+        for c in claims:
+            if c.loop is not None:
+                CLAIM_T[str(c.loop.id)] = t0
+                WAKE.append((str(c.loop.id), time.time()))
+        return claims
+
+    async def claim_tool_many(conn: Any, **kw: Any) -> Any:
+        t0 = time.perf_counter()
+        claims = await orig_tool(conn, **kw)
+        for c in claims:
+            if c.tool_call is not None:
+                CLAIM_T[f"t{c.tool_call.id}"] = t0
+        return claims
+
+    jobs_store.claim_llm_many = claim_llm_many  # type: ignore[assignment]
+    jobs_store.claim_tool_many = claim_tool_many  # type: ignore[assignment]
+
+
+def _instrument_single() -> None:
     orig_llm, orig_tool = jobs_store.claim_llm, jobs_store.claim_tool
 
     async def claim_llm(conn: Any, **kw: Any) -> Any:
@@ -50,6 +82,8 @@ def instrument() -> None:
     jobs_store.claim_llm = claim_llm  # type: ignore[assignment]
     jobs_store.claim_tool = claim_tool  # type: ignore[assignment]
 
+
+def _instrument_chained() -> None:
     # Chained jobs (a call leased by its turn's finalize, a turn claimed by its last call's
     # finish) have no claim: time them from the handoff.
     from agentd.engine.worker import Worker

@@ -32,6 +32,7 @@ from agentd.api import (
     problems,
     query_shape,
     routes_approvals,
+    routes_batch,
     routes_costs,
     routes_events,
     routes_loop_actions,
@@ -101,7 +102,7 @@ def create_api(state: AppState) -> FastAPI:
     )
     v1.include_router(routes_loops.router)
     v1.include_router(routes_loop_actions.router)
-    v1.include_router(routes_loop_actions.router)
+    v1.include_router(routes_batch.router)
     v1.include_router(routes_state.router)
     v1.include_router(routes_events.router)
     v1.include_router(routes_webhooks.router)

@@ -25,8 +25,7 @@ from agentd.api.schemas import (
 from agentd.api.state import AppState
 from agentd.db.pool import Connection, connection, transaction
 from agentd.errors import LoopNotFound
-from agentd.llm import prices
-from agentd.states import LoopInputStatus, LoopStatus
+from agentd.states import JobQueue, LoopInputStatus, LoopStatus
 from agentd.store import (
     agent_versions,
     events,
@@ -81,11 +80,7 @@ async def start_loop(
 ) -> LoopOut:
     """Create a loop for `agent` with a first user message; a worker picks it up."""
     state = app_state(request)
-    loop_state = body.state
-    if body.max_tokens_total is not None:
-        loop_state = {**(loop_state or {}), "max_tokens_total": body.max_tokens_total}
-    if body.max_cost is not None:  # a string in state: JSON numbers are floats to many readers
-        loop_state = {**(loop_state or {}), "max_cost": prices.money(body.max_cost)}
+    loop_state = body.initial_state()
 
     async def start(conn: Connection) -> Loop:
         return await state.lifecycle.start_in(
@@ -168,7 +163,7 @@ async def waiting_for_version(state: AppState, conn: Connection, loop: Loop) -> 
     queued = loop.status == LoopStatus.QUEUED
     need = (loop.upgrade_to or loop.agent_version) if queued else loop.agent_version
     live = await agent_versions.live(
-        conn, queue="llm" if queued else "tool", stale_seconds=stale_seconds(state)
+        conn, queue=JobQueue.LLM if queued else JobQueue.TOOL, stale_seconds=stale_seconds(state)
     )
     if need is not None and need in live:
         return None

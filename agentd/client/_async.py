@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Mapping
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -322,3 +322,9 @@ class AsyncClient(_AsyncFleet):
                     f"stream of loop {loop_id} dropped {failures} times in a row"
                 ) from dropped
             await asyncio.sleep(streaming.backoff(failures))
+
+    async def start_many(self, items: Iterable[Mapping[str, Any]]) -> builtins.list[LoopOut]:
+        """Start 1 to 500 loops in one request, all or none (POST /v1/loops:batch). Each item
+        takes `start`'s arguments by name, `agent` and `message` required; an item with an
+        `idempotency_key` answers with the loop that key started, if any."""
+        return await self._do(routes.start_many([dict(x) for x in items]))

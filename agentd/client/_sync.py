@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -312,3 +312,8 @@ class Client(_SyncFleet):
                     f"stream of loop {loop_id} dropped {failures} times in a row"
                 ) from dropped
             time.sleep(streaming.backoff(failures))
+
+    def start_many(self, items: Iterable[Mapping[str, Any]]) -> builtins.list[LoopOut]:
+        """Start 1 to 500 loops in one request, all or none (POST /v1/loops:batch); as
+        AsyncClient.start_many."""
+        return self._do(routes.start_many([dict(x) for x in items]))

@@ -349,3 +349,25 @@ def schedule(method: str, name: str, verb: str | None = None) -> Call[ScheduleOu
     """GET or DELETE a schedule, or POST its pause/resume."""
     path = f"/v1/schedules/{name}" + (f"/{verb}" if verb else "")
     return Call(method, path, ScheduleOut.model_validate, idempotent=True)
+
+
+def start_many(items: list[dict[str, Any]]) -> Call[list[LoopOut]]:
+    """POST /v1/loops:batch: each item as `start`'s arguments (`idempotency_key` in it)."""
+    body = [
+        {k: str(v) if k == "max_cost" else v for k, v in item.items() if v is not None}
+        for item in items
+    ]
+    # Safe to send again when every item has a key: the retry answers with the same loops.
+    keyed = bool(body) and all("idempotency_key" in x for x in body)
+    return Call(
+        "POST",
+        "/v1/loops:batch",
+        lambda d: [LoopOut.model_validate(x) for x in _members(d)["loops"]],
+        json={"loops": body},
+        idempotent=keyed,
+    )
+
+
+def _members(data: JSONValue) -> dict[str, Any]:
+    assert isinstance(data, dict)
+    return data

@@ -17,7 +17,7 @@ from agentd.db.pool import Connection, connection
 from agentd.engine.runtime import Runtime
 from agentd.errors import DatabaseError
 from agentd.states import JobQueue
-from agentd.store import jobs
+from agentd.store import jobs, loops, tool_calls
 from agentd.store.models import ToolCall
 
 log = logs.get("agentd.dispatch")
@@ -31,7 +31,9 @@ async def enqueue_llm(
     generation: uuid.UUID,
     lease_seconds: float | None,
     notify: bool = False,
+    first_turn: bool = False,
 ) -> None:
+    """`first_turn`: the loop's first turn (a start), claimed after loops in flight."""
     await jobs.enqueue(
         conn,
         queue=JobQueue.LLM,
@@ -39,8 +41,9 @@ async def enqueue_llm(
         loop_id=loop_id,
         generation=generation,
         lease_seconds=lease_seconds,
+        first_turn=first_turn,
     )
-    if notify or (runtime is not None and "llm" not in runtime.consumes):
+    if notify or (runtime is not None and JobQueue.LLM not in runtime.consumes):
         await jobs.notify(conn, queue=JobQueue.LLM)
 
 
@@ -66,7 +69,7 @@ async def enqueue_tools(
             lease_seconds=lease_seconds,
         )
         n += 1
-    if n and (notify or (runtime is not None and "tool" not in runtime.consumes)):
+    if n and (notify or (runtime is not None and JobQueue.TOOL not in runtime.consumes)):
         await jobs.notify(conn, queue=JobQueue.TOOL)
     return n
 
@@ -97,3 +100,23 @@ def hand_back(
     task = asyncio.get_running_loop().create_task(run())
     runtime.handing_back.add(task)  # held, or the loop may collect it mid-statement
     task.add_done_callback(runtime.handing_back.discard)
+
+
+def hand_back_chained(
+    runtime: Runtime, queue: str, tokens: Iterable[uuid.UUID], loop_id: uuid.UUID
+) -> None:
+    """What a chaining write may have leased to this worker (`queue`'s work of `loop_id`,
+    on these lease or execution tokens) goes back to the queue (engine/chaining.py)."""
+    held = list(tokens)
+
+    async def tools(conn: Connection) -> None:
+        await tool_calls.release_own(conn, loop_id=loop_id, tokens=held)
+
+    async def turn(conn: Connection) -> None:
+        await loops.release_leases(conn, ids=[loop_id], tokens=held)
+        await jobs.notify(conn, queue=JobQueue.LLM)
+
+    if queue == JobQueue.TOOL:
+        hand_back(runtime, tools, what="chained tool calls", loop_id=loop_id)
+    else:
+        hand_back(runtime, turn, what="chained turn", loop_id=loop_id)

@@ -16,7 +16,7 @@ import uuid
 from agentd import logs
 from agentd.db import pool as dbpool
 from agentd.engine.ticks import Signal
-from agentd.states import TransitionReason
+from agentd.states import JobQueue, TransitionReason
 from agentd.store import jobs, loops, tool_calls
 
 log = logs.get("agentd.lease_renewer")
@@ -57,10 +57,10 @@ class OwedReleases:
                     tokens=list(turns.values()),
                     reason=TransitionReason.RELEASED_AFTER_OUTAGE,
                 )
-                await jobs.notify(conn, queue="llm")
+                await jobs.notify(conn, queue=JobQueue.LLM)
             if tools:
                 await tool_calls.release_leases(conn, ids=list(tools), tokens=list(tools.values()))
-                await jobs.notify(conn, queue="tool")
+                await jobs.notify(conn, queue=JobQueue.TOOL)
         # Forget what was sent back, unless it was owed again (another token) meanwhile.
         for loop_id, token in turns.items():
             if self._turns.get(loop_id) == token:

@@ -114,6 +114,7 @@ async def start_in(
         generation=token,
         lease_seconds=lc._lease(agent),
         notify=True,
+        first_turn=True,
     )
     await events.insert_many(
         conn,

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import asyncio
 
-CLAIMED_QUEUES = ("llm", "tool")
+from agentd.states import JobQueue
+
+CLAIMED_QUEUES = (JobQueue.LLM, JobQueue.TOOL)
 
 
 class Wakes:
     def __init__(self) -> None:
-        self.events = {q: asyncio.Event() for q in CLAIMED_QUEUES}
+        # Keyed by JobQueue members; a plain "llm" looks them up too (a StrEnum).
+        self.events: dict[str, asyncio.Event] = {q: asyncio.Event() for q in CLAIMED_QUEUES}
         # The queue's last claim found nothing and no wake came since: a freed slot then
         # has nothing to claim, so it does not poll (new work arrives with a wake).
-        self.drained = {q: False for q in CLAIMED_QUEUES}
+        self.drained: dict[str, bool] = {q: False for q in CLAIMED_QUEUES}
 
     def wake(self, queue: str) -> None:
         ev = self.events.get(queue)

@@ -13,9 +13,7 @@ Called by: engine.service.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
-import dataclasses
 import json
 import time
 import uuid
@@ -23,8 +21,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from agentd import logs
-from agentd.db.pool import Connection, connection, transaction
-from agentd.engine import dispatch, scopes, steering, versions
+from agentd.engine import claiming, dispatch, draining, scopes, supervising, turn_start
 from agentd.engine.chaining import Chain
 from agentd.engine.context import ToolContext, TurnContext
 from agentd.engine.history_cache import HistoryCache
@@ -32,25 +29,29 @@ from agentd.engine.lease_renewer import Lease
 from agentd.engine.runtime import Runtime
 from agentd.engine.stacks import StackSource
 from agentd.engine.ticks import Signal
-from agentd.errors import DatabaseError
-from agentd.states import ToolCallOutcome, TurnOutcome
-from agentd.store import jobs, loops, mcp, messages, tool_calls
+from agentd.states import JobQueue, ToolCallOutcome, TurnOutcome
+from agentd.store import jobs
 from agentd.store.models import Loop, ToolCall
 
 log = logs.get("agentd.worker")
 # A job's lines carry its ids from its scope's context (engine/scopes.py): no per-job bind.
 _turn_log = logs.get("agentd.turn")
 _tool_log = logs.get("agentd.tool_call")
+_QUEUES = (JobQueue.LLM, JobQueue.TOOL)  # the queues a worker claims (maintenance: the reaper)
 
 
 class Worker:
     def __init__(self, runtime: Runtime, queues: list[str], stacks: StackSource) -> None:
         self.runtime = runtime
         self.stacks = stacks
-        self.queues = [q for q in queues if q in ("llm", "tool")]
+        self.queues = [JobQueue(q) for q in queues if q in _QUEUES]
         s = runtime.settings
-        self.limits = {"llm": s.llm_concurrency, "tool": s.tool_concurrency}
-        self.busy = {"llm": 0, "tool": 0}
+        # Keyed by JobQueue members; a plain "llm" looks them up too (a StrEnum).
+        self.limits: dict[str, int] = {
+            JobQueue.LLM: s.llm_concurrency,
+            JobQueue.TOOL: s.tool_concurrency,
+        }
+        self.busy: dict[str, int] = {q: 0 for q in _QUEUES}
         self.wakes = runtime.wakes.events  # shared with Runtime.wake_local (engine/wakes.py)
         # The queue's last claim found nothing and no wake came since: a freed slot then
         # has nothing to claim, so it does not poll (new work arrives with a wake).
@@ -148,7 +149,7 @@ class Worker:
         if work is None or cancelled:
             self.unreserve(chain.queue, chain.taken)
             if chain.tokens and (work is None or work.slots):
-                self._hand_back(chain, loop_id)
+                dispatch.hand_back_chained(self.runtime, chain.queue, chain.tokens, loop_id)
             return
         extra = work.slots - chain.taken
         if extra > 0:  # a finalizer that leased more than it took: run it all the same
@@ -161,26 +162,11 @@ class Worker:
         if work.turn is not None:
             self.run_leased_turn(work.turn, work.prefetch)
 
-    def _hand_back(self, chain: Chain, loop_id: uuid.UUID) -> None:
-        tokens = list(chain.tokens)
-
-        async def tools(conn: Connection) -> None:
-            await tool_calls.release_own(conn, loop_id=loop_id, tokens=tokens)
-
-        async def turn(conn: Connection) -> None:
-            await loops.release_leases(conn, ids=[loop_id], tokens=tokens)
-            await jobs.notify(conn, queue="llm")
-
-        if chain.queue == "tool":
-            dispatch.hand_back(self.runtime, tools, what="chained tool calls", loop_id=loop_id)
-        else:
-            dispatch.hand_back(self.runtime, turn, what="chained turn", loop_id=loop_id)
-
     def run_leased_turn(self, loop: Loop, prefetch: jobs.TurnPrefetch | None) -> None:
         """Run a turn already claimed for this worker (in a slot taken by reserve())."""
         assert loop.execution_token is not None
         self._spawn(
-            "llm",
+            JobQueue.LLM,
             loop.id,
             self._run_turn(loop, prefetch),
             reserved=True,
@@ -193,7 +179,7 @@ class Worker:
         tc = claim.tool_call
         assert tc is not None and claim.generation is not None
         self._spawn(
-            "tool",
+            JobQueue.TOOL,
             tc.loop_id,
             self._run_tool(tc, lease_token, claim.generation, claim.agent, claim),
             reserved=True,
@@ -212,95 +198,35 @@ class Worker:
             return
         async with asyncio.TaskGroup() as tg:
             for q in self.queues:
-                tg.create_task(self._claim_loop(q, stop), name=f"claim-{q}")
+                tg.create_task(claiming.claim_loop(self, q, stop), name=f"claim-{q}")
         await self.drain()
 
-    async def _wait(self, queue: str, stop: asyncio.Event, at_most: float) -> None:
-        ev = self.wakes[queue]
-        waiters = {asyncio.ensure_future(ev.wait()), asyncio.ensure_future(stop.wait())}
-        try:
-            await asyncio.wait(waiters, timeout=at_most, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waiters:
-                w.cancel()
-        ev.clear()
-
-    async def _claim_loop(self, queue: str, stop: asyncio.Event) -> None:
-        backoff = 0.1
-        poll = self.runtime.settings.poll_interval
-        while not stop.is_set():
-            if self.busy[queue] >= self.limits[queue]:
-                await self._wait(queue, stop, poll)
-                continue
-            try:
-                got = await (self._claim_llm() if queue == "llm" else self._claim_tool())
-                backoff = 0.1
-            except DatabaseError as exc:
-                log.warning("worker.claim_failed", queue=queue, error=str(exc), retry_in=backoff)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=backoff)
-                backoff = min(backoff * 2, 5.0)
-                continue
-            if got is None:
-                self.drained[queue] = True
-                await self._wait(queue, stop, poll)
-                self.drained[queue] = False  # woken or polled: look again
-
-    async def _claim_llm(self) -> bool | None:
-        rt = self.runtime
-        token = uuid.uuid4()
-        default = rt.settings.lease_seconds(None)
-        async with connection(rt.pool) as conn:
-            claim = await jobs.claim_llm(
-                conn,
-                execution_token=token,
-                worker_id=rt.worker_id,
-                default_lease=default,
-                versions=rt.registry.version_ids(),
-            )
-        if claim is None:
-            return None
-        if not claim.taken:  # lost a race for its concurrency key's last slot: claim again
-            log.debug("turn.concurrency_key_full", job_id=claim.job_id, loop_id=str(claim.loop_id))
-            return True
-        if claim.loop is None:
-            log.debug("turn.stale_job_dropped", job_id=claim.job_id, loop_id=str(claim.loop_id))
-            return True
+    def run_claimed_turn(
+        self, loop: Loop, prefetch: jobs.TurnPrefetch | None, *, job_id: int
+    ) -> None:
+        """Run a turn the claim loop took from the queue (engine/claiming.py)."""
         self._spawn(
-            "llm",
-            claim.loop.id,
-            self._run_turn(claim.loop, claim.prefetch),
-            job_id=claim.job_id,
-            token=claim.loop.execution_token,
+            JobQueue.LLM,
+            loop.id,
+            self._run_turn(loop, prefetch),
+            job_id=job_id,
+            token=loop.execution_token,
         )
-        return True
 
-    async def _claim_tool(self) -> bool | None:
-        rt = self.runtime
-        token = uuid.uuid4()
-        async with connection(rt.pool) as conn:
-            claim = await jobs.claim_tool(
-                conn,
-                lease_token=token,
-                worker_id=rt.worker_id,
-                default_lease=rt.tool_lease_seconds(),
-                versions=rt.registry.version_ids(),
-            )
-        if claim is None:
-            return None
-        if claim.tool_call is None or claim.generation is None:
-            log.debug("tool_call.stale_job_dropped", job_id=claim.job_id)
-            return True
+    def run_claimed_tool(
+        self, claim: jobs.ToolClaim, lease_token: uuid.UUID, *, job_id: int
+    ) -> None:
+        """Run a call the claim loop leased from the queue (engine/claiming.py)."""
         tc = claim.tool_call
+        assert tc is not None and claim.generation is not None
         self._spawn(
-            "tool",
+            JobQueue.TOOL,
             tc.loop_id,
-            self._run_tool(tc, token, claim.generation, claim.agent, claim),
-            job_id=claim.job_id,
+            self._run_tool(tc, lease_token, claim.generation, claim.agent, claim),
+            job_id=job_id,
             tool_call_id=tc.id,
             token=claim.generation,
         )
-        return True
 
     def _spawn(
         self,
@@ -332,34 +258,6 @@ class Worker:
 
     # --- running ----------------------------------------------------------------------------
 
-    async def _version_boundary(self, loop: Loop) -> Loop | None:
-        """A turn about to start is a turn boundary: apply the loop's pending upgrade when
-        this process has the target version. None: this process cannot run the version
-        the turn must run on (a chained turn whose upgrade was asked for meanwhile), and
-        the turn went back to the queue for a worker that can."""
-        assert loop.execution_token is not None
-        target = loop.upgrade_to or loop.agent_version
-        if target is not None and not self.runtime.registry.can_run(target):
-            lid, token = loop.id, loop.execution_token
-
-            async def back(conn: Connection) -> None:
-                await loops.release_leases(conn, ids=[lid], tokens=[token])
-                await jobs.notify(conn, queue="llm")
-
-            dispatch.hand_back(self.runtime, back, what="turn of another version", loop_id=lid)
-            _turn_log.info("turn.version_unavailable", loop_id=str(lid), version=target)
-            return None
-        if loop.upgrade_to is None or loop.upgrade_to == loop.agent_version:
-            return loop
-        async with transaction(self.runtime.pool) as conn:
-            done = await versions.apply_upgrade(
-                conn, loop_id=loop.id, execution_token=loop.execution_token
-            )
-        if done is None:  # the fence moved on: the turn's own writes will find it too
-            return loop
-        _turn_log.info("loop.upgraded", **done)
-        return dataclasses.replace(loop, agent_version=loop.upgrade_to, upgrade_to=None)
-
     async def _run_turn(self, loop: Loop, prefetch: jobs.TurnPrefetch | None = None) -> None:
         rt = self.runtime
         assert loop.execution_token is not None
@@ -368,7 +266,7 @@ class Worker:
         # The agent versions this process can run: its claims skip loops of any other
         # (agentd/versions.py), so a worker that lacks a loop's agent never fails it.
         if loop.upgrade_to is not None or not rt.registry.can_run(loop.agent_version):
-            boundary = await self._version_boundary(loop)
+            boundary = await turn_start.version_boundary(rt, loop)
             if boundary is None:
                 return
             if boundary.agent_version != loop.agent_version:
@@ -387,13 +285,13 @@ class Worker:
             self.tasks.get(task, {})["lease"] = lease  # type: ignore[arg-type]
         started = time.monotonic()
         if prefetch is not None:
-            prefetch = await self._whole_history(loop, prefetch)
+            prefetch = await turn_start.whole_history(rt, self.history, loop, prefetch)
         ctx = TurnContext(
             runtime=rt,
             loop=loop,
             execution_token=token,
             prefetch=prefetch,
-            chain=self._offer("tool"),
+            chain=self._offer(JobQueue.TOOL),
         )
         job_id = self.tasks.get(task, {}).get("job_id")  # type: ignore[arg-type]
         with scopes.turn(rt.telemetry, ctx, worker=str(rt.worker_id), job_id=job_id):
@@ -415,57 +313,9 @@ class Worker:
             self.history.hold_tools(loop.id, token, ctx.tools, ctx.shared_sessions)
 
     async def _turn(self, ctx: TurnContext, agent_cls: type | None) -> None:
-        if ctx.loop.steer_pending and not await self._steer(ctx):
+        if ctx.loop.steer_pending and not await turn_start.steer(self.runtime, self.history, ctx):
             return
         await self.stacks.llm(agent_cls)(ctx)
-
-    async def _steer(self, ctx: TurnContext) -> bool:
-        """Messages sent to the loop that are due at this turn's start join its history
-        (engine/steering.py); False: the turn lost its fence, so it writes nothing."""
-        rt = self.runtime
-        n = await steering.apply_due(
-            rt.pool, loop_id=ctx.loop.id, execution_token=ctx.execution_token
-        )
-        if n is None:
-            _turn_log.info("turn.fence_lost", at="steering")
-            return False
-        if n:
-            _turn_log.info("turn.steered", messages=n)
-            if ctx.prefetch is not None:  # read before they were applied: read again
-                async with connection(rt.pool) as conn:
-                    rows = await messages.list_(conn, loop_id=ctx.loop.id)
-                    calls = await tool_calls.list_for_loop(conn, loop_id=ctx.loop.id)
-                pre = dataclasses.replace(ctx.prefetch, messages=rows, tool_calls=calls, after=None)
-                ctx.prefetch = await self._whole_history(ctx.loop, pre)
-        return True
-
-    async def _whole_history(self, loop: Loop, pre: jobs.TurnPrefetch) -> jobs.TurnPrefetch:
-        """A delta prefetch merged with the transcript held (read in full if it is gone);
-        what the turn's prompt is built from is then held for the next chained turn."""
-        assert loop.execution_token is not None
-        rows, calls = pre.messages, pre.tool_calls
-        if pre.tools_omitted:  # the read left them out: this worker said it holds them
-            held = self.history.held_tools(loop.id)
-            if held is None:  # gone since (evicted): read them
-                async with connection(self.runtime.pool) as conn:
-                    sessions = await mcp.list_sessions(conn, loop_id=loop.id)
-                    tools = await mcp.list_tools(conn, loop_id=loop.id)
-            else:
-                tools, sessions = held
-            pre = dataclasses.replace(
-                pre, mcp_tools=tools, mcp_sessions=sessions, tools_omitted=False
-            )
-        if pre.after is not None:
-            merged = self.history.merge(loop.id, pre.after, rows, calls)
-            if merged is None:
-                async with connection(self.runtime.pool) as conn:
-                    rows = await messages.list_(conn, loop_id=loop.id)
-                    calls = await tool_calls.list_for_loop(conn, loop_id=loop.id)
-            else:
-                rows, calls = merged
-            pre = dataclasses.replace(pre, messages=rows, tool_calls=calls, after=None)
-        self.history.record(loop.id, loop.execution_token, rows, calls)
-        return dataclasses.replace(pre, rendered=self.history.rendered(loop.id))
 
     async def _run_tool(
         self,
@@ -489,7 +339,7 @@ class Worker:
             lease_token=lease_token,
             generation=generation,
             chain=self._offer(
-                "llm",
+                JobQueue.LLM,
                 lambda: self.history.after(tc.loop_id, generation),
                 lambda: self.history.tools_held(tc.loop_id, generation),
             ),
@@ -517,84 +367,21 @@ class Worker:
         self,
         run: Callable[[], Awaitable[None]],
         *,
-        kind: str,
-        lease: Lease | None,
-        bound: Any,
-        outcome: Callable[[TurnOutcome | ToolCallOutcome], None],
-        done: Signal,
-        done_fields: Callable[[], dict[str, Any]],
         chain: Chain | None,
         loop_id: uuid.UUID,
+        **how: Any,
     ) -> None:
-        """Run one job's pipeline. A lost lease or a pause/stop cancels it quietly (it wrote
-        nothing); shutdown's cancellation propagates; a crash is logged, never re-raised
-        into the worker. Then what its finalizer leased to this worker runs (chaining),
-        unless it was cancelled. The lease is always unregistered."""
-        task = asyncio.current_task()
-        cancelled = False
-        try:
-            await run()
-            bound.debug(f"{kind}.done", **done_fields())
-        except asyncio.CancelledError:
-            cancelled = True
-            info = self.tasks.get(task, {})  # type: ignore[arg-type]
-            told = info.get("cancelled_by")  # a pause/stop/regenerate, not a lost lease
-            lost = told is None and lease is not None and lease.lost
-            why = lease.reason if lease is not None and lost else (told or "shutdown")
-            # the same words in both vocabularies; the callers convert
-            outcome(TurnOutcome.LEASE_LOST if lost else TurnOutcome.CANCELLED)
-            bound.info(f"{kind}.cancelled", reason=why)
-            if why == "shutdown":
-                raise
-        except Exception:
-            outcome(TurnOutcome.FAILED)
-            bound.exception(f"{kind}.crashed")
-        finally:
-            if chain is not None:
-                self._settle(chain, loop_id, cancelled=cancelled)
-            if lease is not None and self.runtime.renewer is not None:
-                self.runtime.renewer.unregister(lease)
-            done.fire()
+        """Run one job's pipeline under engine/supervising.py's rules."""
+        info = self.tasks.get(asyncio.current_task(), {})  # type: ignore[arg-type]
+        settle = None
+        if chain is not None:
+            settle = lambda cancelled: self._settle(chain, loop_id, cancelled=cancelled)  # noqa: E731
+        await supervising.supervise(
+            run, info=info, renewer=self.runtime.renewer, settle=settle, **how
+        )
 
     # --- shutdown -----------------------------------------------------------------------------
 
     async def drain(self) -> None:
         """Phase two of shutdown: wait the grace period, then cancel and hand work back."""
-        grace = self.runtime.settings.shutdown_grace
-        pending = set(self.tasks)
-        if pending:
-            log.info("worker.draining", in_flight=len(pending), grace=grace)
-            _, pending = await asyncio.wait(pending, timeout=grace)
-        if not pending:
-            return
-        turns: list[tuple[uuid.UUID, uuid.UUID]] = []
-        tools: list[tuple[int, uuid.UUID]] = []
-        if self.runtime.renewer is not None:
-            llm_leases, tool_leases = self.runtime.renewer.in_flight()
-            turns = [(x.key, x.token) for x in llm_leases]  # type: ignore[misc]
-            tools = [(x.key[1], x.token) for x in tool_leases]  # type: ignore[index]
-        for t in pending:
-            t.cancel("shutdown")
-        await asyncio.wait(pending, timeout=5)
-        await self.release(turns, tools)
-
-    async def release(
-        self, turns: list[tuple[uuid.UUID, uuid.UUID]], tools: list[tuple[int, uuid.UUID]]
-    ) -> None:
-        if not turns and not tools:
-            return
-        try:
-            async with connection(self.runtime.pool) as conn, conn.transaction():
-                if turns:
-                    await loops.release_leases(
-                        conn, ids=[t[0] for t in turns], tokens=[t[1] for t in turns]
-                    )
-                if tools:
-                    await tool_calls.release_leases(
-                        conn, ids=[t[0] for t in tools], tokens=[t[1] for t in tools]
-                    )
-                await jobs.notify(conn, queue="llm")
-                await jobs.notify(conn, queue="tool")
-            log.info("worker.released", turns=len(turns), tool_calls=len(tools))
-        except DatabaseError as exc:
-            log.warning("worker.release_failed", error=str(exc))
+        await draining.drain(self.runtime, set(self.tasks))

@@ -1,6 +1,7 @@
 """Job rows: enqueue in the caller's transaction, claim with SKIP LOCKED.
 
-Guarantee: a claim deletes the job and takes the turn (or tool lease) in one statement;
+Guarantee: a claim deletes each job and takes its turn (or tool lease) in one call, for up
+to MAX_CLAIM_BATCH jobs at once, loops in flight before loops' first turns;
 a stale job (wrong generation, frozen or moved-on loop) is dropped, never run; a loop whose
 concurrency key is saturated is never claimed and never blocks other keys' loops.
 Tolerates: any number of workers claiming concurrently; duplicate jobs.
@@ -14,11 +15,15 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from agentd.db.pool import Connection, Record
 from agentd.store.models import Loop, McpToolRow, Message, ToolCall
 from agentd.store.queries import sql
+
+#: The most jobs one claim call takes, whatever the free slots: a claim's transaction holds
+#: its jobs' loops locked until it commits, so it stays short.
+MAX_CLAIM_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -75,9 +80,19 @@ async def enqueue(
     lease_seconds: float | None = None,
     delay: float = 0.0,
     notify: bool = False,
+    first_turn: bool = False,
 ) -> int:
+    """`first_turn`: a loop's first turn, claimed after work already in flight."""
     job_id: int = await conn.fetchval(
-        sql("job_enqueue"), queue, kind, loop_id, tool_call_id, generation, lease_seconds, delay
+        sql("job_enqueue"),
+        queue,
+        kind,
+        loop_id,
+        tool_call_id,
+        generation,
+        lease_seconds,
+        delay,
+        first_turn,
     )
     if notify:
         await conn.execute(sql("job_notify"), queue)
@@ -88,6 +103,41 @@ async def notify(conn: Connection, *, queue: str) -> None:
     await conn.execute(sql("job_notify"), queue)
 
 
+async def claim_llm_many(
+    conn: Connection,
+    *,
+    worker_id: UUID,
+    default_lease: float,
+    limit: int,
+    versions: list[str] | None = None,
+    execution_tokens: list[UUID] | None = None,
+) -> list[LlmClaim]:
+    """Up to `limit` (at most MAX_CLAIM_BATCH) LLM jobs claimed in one call, each with a
+    fresh execution token (`execution_tokens`, else new ones); [] when none is ready.
+    `versions`: the agent versions this process can run (None: any)."""
+    n = max(0, min(limit, MAX_CLAIM_BATCH))
+    tokens = execution_tokens[:n] if execution_tokens is not None else [uuid4() for _ in range(n)]
+    if not tokens:
+        return []
+    recs = await conn.fetch(
+        sql("job_claim_llm"), tokens, worker_id, default_lease, versions, len(tokens)
+    )
+    out: list[LlmClaim] = []
+    for rec in recs:
+        row = rec["claimed_loop"]
+        loop = Loop.from_json(row) if row is not None else None
+        out.append(
+            LlmClaim(
+                job_id=rec["job_id"],
+                loop_id=rec["job_loop_id"],
+                loop=loop,
+                taken=rec["job_taken"],
+                prefetch=turn_prefetch(rec) if loop is not None else None,
+            )
+        )
+    return out
+
+
 async def claim_llm(
     conn: Connection,
     *,
@@ -96,21 +146,16 @@ async def claim_llm(
     default_lease: float,
     versions: list[str] | None = None,
 ) -> LlmClaim | None:
-    """`versions`: the agent versions this process can run (None: any)."""
-    rec = await conn.fetchrow(
-        sql("job_claim_llm"), execution_token, worker_id, default_lease, versions
+    """One LLM job claimed with `execution_token` (claim_llm_many with a limit of one)."""
+    got = await claim_llm_many(
+        conn,
+        worker_id=worker_id,
+        default_lease=default_lease,
+        limit=1,
+        versions=versions,
+        execution_tokens=[execution_token],
     )
-    if rec is None:
-        return None
-    loop = Loop.from_record(rec) if rec["id"] is not None else None
-    prefetch = turn_prefetch(rec) if loop is not None else None
-    return LlmClaim(
-        job_id=rec["job_id"],
-        loop_id=rec["job_loop_id"],
-        loop=loop,
-        taken=rec["job_taken"],
-        prefetch=prefetch,
-    )
+    return got[0] if got else None
 
 
 def turn_prefetch(rec: Record) -> TurnPrefetch:
@@ -129,20 +174,29 @@ def turn_prefetch(rec: Record) -> TurnPrefetch:
     )
 
 
-async def claim_tool(
+async def claim_tool_many(
     conn: Connection,
     *,
-    lease_token: UUID,
     worker_id: UUID,
     default_lease: float,
+    limit: int,
     versions: list[str] | None = None,
-) -> ToolClaim | None:
-    """`versions`: the agent versions this process can run (None: any)."""
-    rec = await conn.fetchrow(
-        sql("job_claim_tool"), lease_token, worker_id, default_lease, versions
+    lease_tokens: list[UUID] | None = None,
+) -> list[ToolClaim]:
+    """Up to `limit` (at most MAX_CLAIM_BATCH) tool jobs claimed in one statement, each call
+    leased with a fresh token (`lease_tokens`, else new ones); [] when none is ready.
+    `versions`: the agent versions this process can run (None: any)."""
+    n = max(0, min(limit, MAX_CLAIM_BATCH))
+    tokens = lease_tokens[:n] if lease_tokens is not None else [uuid4() for _ in range(n)]
+    if not tokens:
+        return []
+    recs = await conn.fetch(
+        sql("job_claim_tool"), tokens, worker_id, default_lease, versions, len(tokens)
     )
-    if rec is None:
-        return None
+    return [_tool_claim(rec) for rec in recs]
+
+
+def _tool_claim(rec: Record) -> ToolClaim:
     tc = ToolCall.from_record(rec) if rec["id"] is not None else None
     loop = Loop.from_json(rec["prefetch_loop"]) if rec["prefetch_loop"] is not None else None
     tool = rec["prefetch_mcp_tool"]
@@ -154,6 +208,26 @@ async def claim_tool(
         loop=loop,
         tool=McpToolRow.from_json(tool) if tool is not None else None,
     )
+
+
+async def claim_tool(
+    conn: Connection,
+    *,
+    lease_token: UUID,
+    worker_id: UUID,
+    default_lease: float,
+    versions: list[str] | None = None,
+) -> ToolClaim | None:
+    """One tool job claimed with `lease_token` (claim_tool_many with a limit of one)."""
+    got = await claim_tool_many(
+        conn,
+        worker_id=worker_id,
+        default_lease=default_lease,
+        limit=1,
+        versions=versions,
+        lease_tokens=[lease_token],
+    )
+    return got[0] if got else None
 
 
 async def depth(conn: Connection) -> dict[str, tuple[int, float]]:

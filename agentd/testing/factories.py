@@ -230,8 +230,10 @@ async def job(
     generation: uuid.UUID | None,
     tool_call_id: int | None = None,
     lease_seconds: float | None = None,
+    first_turn: bool = False,
 ) -> int:
-    """A job row: an LLM turn, or (with `tool_call_id`) a tool call."""
+    """A job row: an LLM turn, or (with `tool_call_id`) a tool call; `first_turn`: a loop's
+    first turn (claimed after work in flight)."""
     return await jobs.enqueue(
         conn,
         queue=JobQueue.TOOL if tool_call_id is not None else JobQueue.LLM,
@@ -240,6 +242,7 @@ async def job(
         generation=generation,
         tool_call_id=tool_call_id,
         lease_seconds=lease_seconds,
+        first_turn=first_turn,
     )
 
 

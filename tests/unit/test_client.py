@@ -164,3 +164,31 @@ def test_upgrade_sends_only_the_given_members_and_a_refusal_is_a_conflict() -> N
         (f"/v1/loops/{LOOP['id']}/upgrade", {"dry_run": True}),
         (f"/v1/loops/{LOOP['id']}/upgrade", {"to_version": "b" * 16}),
     ]
+
+
+def test_start_many_sends_the_items_and_retries_only_when_every_item_has_a_key() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if len(seen) == 1:
+            raise httpx.ReadError("dropped after sending")
+        return httpx.Response(201, json={"loops": [LOOP], "replayed": []})
+
+    items: list[dict[str, object]] = [
+        {"agent": "calc", "message": "hi", "idempotency_key": "k", "subject": None}
+    ]
+    with Client("http://agentd", "tok", transport=httpx.MockTransport(handler)) as agentd:
+        (loop,) = agentd.start_many(items)
+    assert str(loop.id) == LOOP["id"] and len(seen) == 2  # keyed: sent again
+    assert seen[0].url.path == "/v1/loops:batch"
+    assert json.loads(seen[0].content) == {
+        "loops": [{"agent": "calc", "message": "hi", "idempotency_key": "k"}]
+    }
+    seen.clear()
+    with (
+        Client("http://agentd", "tok", transport=httpx.MockTransport(handler)) as agentd,
+        pytest.raises(errors.TransportError),
+    ):
+        agentd.start_many([{"agent": "calc", "message": "hi", "max_cost": 0.5}])
+    assert len(seen) == 1  # an item without a key: never sent twice

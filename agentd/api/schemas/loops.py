@@ -19,6 +19,7 @@ from agentd.api.schemas.base import (
     Usd,
     _In,
 )
+from agentd.llm import prices
 from agentd.states import InputMode, LoopInputStatus, LoopStatus
 from agentd.store.models import Loop, LoopInput
 
@@ -67,6 +68,15 @@ class StartLoop(_In):
             "examples": [{"agent": "support", "message": "Where is my order?", "state": {}}]
         },
     )
+
+    def initial_state(self) -> dict[str, Any] | None:
+        """The loop's state: `state` with the budgets given beside it kept in it."""
+        out = self.state
+        if self.max_tokens_total is not None:
+            out = {**(out or {}), "max_tokens_total": self.max_tokens_total}
+        if self.max_cost is not None:  # a string in state: JSON numbers are floats to many readers
+            out = {**(out or {}), "max_cost": prices.money(self.max_cost)}
+        return out
 
 
 class AtMessage(_In):

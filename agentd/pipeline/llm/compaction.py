@@ -34,6 +34,7 @@ from agentd.llm.types import LLMRequest, LLMResponse, Message, ToolSpec
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.llm import costs, prompt, tokens
 from agentd.pipeline.wire import llm_events
+from agentd.states import JobQueue
 from agentd.store import events, loops, messages
 from agentd.store.models import Message as MessageRow
 from agentd.store.models import NewEvent, ToolCall
@@ -253,4 +254,4 @@ class Compaction:
         ctx.loop = loop
         if spent.cost is not None:
             runtime.telemetry.llm_cost(agent=loop.agent, model=spent.model, cost=spent.cost)
-        dispatch.wake(runtime, "llm")
+        dispatch.wake(runtime, JobQueue.LLM)

@@ -28,7 +28,7 @@ from agentd.errors import (
 )
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.wire import llm_events
-from agentd.states import LoopStatus, TransitionReason, TurnOutcome
+from agentd.states import JobQueue, LoopStatus, TransitionReason, TurnOutcome
 from agentd.store import events, jobs, loops, messages
 from agentd.store.models import NewEvent
 
@@ -98,7 +98,7 @@ class ErrorHandling:
         async def release() -> None:
             async with transaction(ctx.runtime.pool) as conn:
                 await loops.release_leases(conn, ids=[ctx.loop.id], tokens=[ctx.execution_token])
-                await jobs.notify(conn, queue="llm")
+                await jobs.notify(conn, queue=JobQueue.LLM)
 
         error = await until_reachable(release)
         if error is not None:

@@ -29,7 +29,7 @@ from agentd.errors import FenceLost, TooManyToolCalls
 from agentd.observability import tracing
 from agentd.pipeline.builder import Handler
 from agentd.pipeline.llm import costs, tokens
-from agentd.states import LoopStatus, TransitionReason, TurnOutcome
+from agentd.states import JobQueue, LoopStatus, TransitionReason, TurnOutcome
 from agentd.store import jobs, loops
 from agentd.store.models import NewEvent
 
@@ -137,9 +137,9 @@ class ResponseParsing:
         if spent.cost is not None:
             runtime.telemetry.llm_cost(agent=loop.agent, model=spent.model, cost=spent.cost)
         if done.jobs_enqueued:
-            dispatch.wake(runtime, "tool")
+            dispatch.wake(runtime, JobQueue.TOOL)
         if loop.status == LoopStatus.QUEUED:  # steered: messages sent meanwhile continue it
-            dispatch.wake(runtime, "llm")
+            dispatch.wake(runtime, JobQueue.LLM)
         await self.app(ctx)
 
     async def _finalize(
@@ -175,7 +175,7 @@ class ResponseParsing:
                 calls=rows,
                 sequential=sequential,
                 tool_lease_seconds=runtime.tool_lease_seconds(ctx.mcp_timeouts),
-                notify_tool="tool" not in runtime.consumes,
+                notify_tool=JobQueue.TOOL not in runtime.consumes,
                 turn_events=[*ctx.events, turn_event, *([ended] if ended else [])],
                 attach=[False] * len(ctx.events) + [True] + ([False] if ended else []),
                 own_tokens=own_tokens,

@@ -19,7 +19,7 @@ from agentd.db.pool import transaction, until_reachable
 from agentd.engine.context import ToolContext
 from agentd.errors import AgentdError, DatabaseError, DatabaseUnavailable, FenceLost
 from agentd.pipeline.builder import Handler
-from agentd.states import LoopStatus, ToolCallOutcome, TransitionReason
+from agentd.states import JobQueue, LoopStatus, ToolCallOutcome, TransitionReason
 from agentd.store import events, jobs, loops, tool_calls
 from agentd.store.models import NewEvent
 
@@ -120,7 +120,7 @@ class ErrorHandling:
         async def release() -> None:
             async with transaction(ctx.runtime.pool) as conn:
                 await tool_calls.release_leases(conn, ids=[tc.id], tokens=[ctx.lease_token])
-                await jobs.notify(conn, queue="tool")
+                await jobs.notify(conn, queue=JobQueue.TOOL)
 
         error = await until_reachable(release)
         if error is not None:

@@ -24,7 +24,7 @@ from agentd.engine.chaining import Chain, LeasedWork
 from agentd.engine.context import ToolContext
 from agentd.errors import FenceLost
 from agentd.pipeline.builder import Handler
-from agentd.states import ToolCallOutcome, TransitionReason
+from agentd.states import JobQueue, ToolCallOutcome, TransitionReason
 from agentd.store import tool_calls
 from agentd.store.models import NewEvent
 
@@ -64,9 +64,9 @@ class ResponseCreation:
                 ctx, ToolCallOutcome.COMPLETED if cp.is_success else ToolCallOutcome.ERROR
             )
         if done.tool_jobs:
-            woke.append("tool")
+            woke.append(JobQueue.TOOL)
         if done.llm_jobs:
-            woke.append("llm")
+            woke.append(JobQueue.LLM)
         ctx.events = []
         ctx.events_flushed = True
         dispatch.wake(runtime, *woke)
@@ -94,8 +94,8 @@ class ResponseCreation:
             status_reason=TransitionReason.TOOLS_RESOLVED,
             llm_lease_seconds=runtime.settings.lease_seconds(agent.read_timeout),
             tool_lease_seconds=runtime.tool_lease_seconds(),
-            notify_llm="llm" not in runtime.consumes,
-            notify_tool="tool" not in runtime.consumes,
+            notify_llm=JobQueue.LLM not in runtime.consumes,
+            notify_tool=JobQueue.TOOL not in runtime.consumes,
             call_events=[
                 *ctx.events,
                 NewEvent(

@@ -44,10 +44,9 @@ def _spy_claims(monkeypatch: pytest.MonkeyPatch, name: str, key: Any) -> list[An
     real = getattr(jobs, name)
 
     async def counting(conn: Any, **kw: Any) -> Any:
-        claim = await real(conn, **kw)
-        if claim is not None and key(claim) is not None:
-            taken.append(key(claim))
-        return claim
+        claims = await real(conn, **kw)
+        taken.extend(key(c) for c in claims if key(c) is not None)
+        return claims
 
     monkeypatch.setattr(worker_mod.jobs, name, counting)
     return taken
@@ -56,13 +55,13 @@ def _spy_claims(monkeypatch: pytest.MonkeyPatch, name: str, key: Any) -> list[An
 @pytest.fixture
 def turn_claims(monkeypatch: pytest.MonkeyPatch) -> list[uuid.UUID]:
     """Loops whose turn the worker took through the queue."""
-    return _spy_claims(monkeypatch, "claim_llm", lambda c: c.loop and c.loop.id)
+    return _spy_claims(monkeypatch, "claim_llm_many", lambda c: c.loop and c.loop.id)
 
 
 @pytest.fixture
 def tool_claims(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Ids of the tool calls the worker took through the queue."""
-    return _spy_claims(monkeypatch, "claim_tool", lambda c: c.tool_call and c.tool_call.id)
+    return _spy_claims(monkeypatch, "claim_tool_many", lambda c: c.tool_call and c.tool_call.id)
 
 
 async def completed(pool: Pool, loop_id: uuid.UUID) -> bool:

@@ -64,6 +64,8 @@ FORM_JSON |= {
 #: body model fails test_every_body_route_is_covered until it is listed here.
 BASE: dict[str, dict[str, Any]] = {
     "StartLoop": {"agent": "calc", "message": "hi", "state": {}},
+    # an item's fields are StartLoop's (above), plus idempotency_key
+    "StartLoops": {"loops": [{"agent": "calc", "message": "hi", "state": {}}]},
     "AppendMessage": {"content": "more"},
     "ForkLoop": {"message_id": 1},
     "AtMessage": {"message_id": 1},

@@ -16,9 +16,9 @@ import pytest
 from long_loops_kit import CompactingAgent, history, in_status
 
 from agentd.db.pool import Pool, connection
-from agentd.engine import transcript
+from agentd.engine import transcript, turn_start
 from agentd.engine.history_cache import HistoryCache
-from agentd.engine.worker import Worker
+from agentd.engine.runtime import Runtime
 from agentd.llm.dialects import base as dialects
 from agentd.llm.dialects import open_ai
 from agentd.pipeline.llm import prompt
@@ -52,29 +52,31 @@ def oracle(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     """Checks every merged (delta) history against a full read of the same loop, and counts
     the rows each delta read returned."""
     seen: dict[str, Any] = {"deltas": [], "mismatches": [], "full": 0}
-    original = Worker._whole_history
+    original = turn_start.whole_history
 
-    async def checked(self: Worker, loop: Any, pre: jobs.TurnPrefetch) -> jobs.TurnPrefetch:
+    async def checked(
+        runtime: Runtime, history: HistoryCache, loop: Any, pre: jobs.TurnPrefetch
+    ) -> jobs.TurnPrefetch:
         if pre.after is None:
             seen["full"] += 1
-            return await original(self, loop, pre)
+            return await original(runtime, history, loop, pre)
         seen["deltas"].append(len(pre.messages))
-        merged = await original(self, loop, pre)
+        merged = await original(runtime, history, loop, pre)
         from agentd.store import messages, tool_calls
 
-        async with connection(self.runtime.pool) as conn:
+        async with connection(runtime.pool) as conn:
             rows = await messages.list_(conn, loop_id=loop.id)
             calls = await tool_calls.list_for_loop(conn, loop_id=loop.id)
         # With the worker's render memo and the agent's system prompt, as NetworkCalling
         # builds it (so the memo's extension of the last prompt is what is checked).
-        system = self.runtime.registry.get(loop.agent).system_prompt
+        system = runtime.registry.get(loop.agent).system_prompt
         want = prompt.history(system, rows, calls)
         got = prompt.history(system, merged.messages, merged.tool_calls, memo=merged.rendered)
         if want != got:
             seen["mismatches"].append((loop.id, len(want), len(got)))
         return merged
 
-    monkeypatch.setattr(Worker, "_whole_history", checked)
+    monkeypatch.setattr(turn_start, "whole_history", checked)
     yield seen
 
 
