@@ -3,6 +3,8 @@ client (asyncio backend), c concurrent POSTs to the fake LLM, CPU ms per request
 process. Alternates the two in rounds so a neighbour's load hits both alike.
 
     python -m bench.http_micro [--n 3000 --concurrency 16 --rounds 3]
+    python -m bench.http_micro --one [--n 3000 --concurrency 16]   # agentd's client alone:
+        one figure, for two trees side by side (bench/README.md, "Two trees")
 """
 
 from __future__ import annotations
@@ -18,14 +20,6 @@ from bench.b11_userpath import rules
 from bench.common import fake_llm
 
 BODY = b'{"model":"fake-model","messages":[{"role":"user","content":"go"}]}'
-
-
-def _httpcore_pool(client: httpx.AsyncClient) -> httpx.AsyncClient:
-    """The asyncio backend under httpcore's own pool bookkeeping (to measure each part)."""
-    import httpcore
-
-    client._transport._pool.__class__ = httpcore.AsyncConnectionPool  # type: ignore[attr-defined]
-    return client
 
 
 async def run(client: httpx.AsyncClient, url: str, n: int, c: int) -> tuple[float, float]:
@@ -46,14 +40,16 @@ async def main_async(a: argparse.Namespace) -> None:
     llm = fake_llm(rules())
     url = f"http://127.0.0.1:{llm.port}/v1/chat/completions"
     try:
+        if a.one:
+            async with pooled_client(max_connections=1000, max_keepalive=200) as client:
+                cpu, rps = await run(client, url, a.n, a.concurrency)
+            print(f"CPU_MS {cpu:.4f} RPS {rps:.0f}")
+            return
         makers = {
             "httpx default": lambda: httpx.AsyncClient(
                 limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200)
             ),
             "agentd pooled": lambda: pooled_client(max_connections=1000, max_keepalive=200),
-            "asyncio, httpcore's pool": lambda: _httpcore_pool(
-                pooled_client(max_connections=1000, max_keepalive=200)
-            ),
         }
         res: dict[str, list[tuple[float, float]]] = {k: [] for k in makers}
         for _ in range(a.rounds):
@@ -74,6 +70,7 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--uvloop", action="store_true")
+    p.add_argument("--one", action="store_true", help="agentd's client alone, one figure")
     a = p.parse_args()
     if a.uvloop:
         import uvloop
