@@ -64,6 +64,11 @@ async def list_unresolved(conn: Connection, *, loop_id: UUID) -> list[ToolCall]:
     ]
 
 
+async def live_leases(conn: Connection, *, loop_id: UUID) -> set[int]:
+    """The ids of the loop's unanswered calls whose lease has not expired (database clock)."""
+    return {r["id"] for r in await conn.fetch(sql("tool_call_list_live_leases"), loop_id)}
+
+
 async def checkpoint(
     conn: Connection,
     *,

@@ -29,6 +29,14 @@ SELECT * FROM tool_calls WHERE loop_id = $1 ORDER BY message_id, position;
 SELECT * FROM tool_calls WHERE loop_id = $1 AND response_message_id IS NULL
 ORDER BY message_id, position;
 
+-- name: tool_call_list_live_leases :many
+-- Lifecycle.unfreeze under the loop lock: the unanswered calls a worker still holds (a lease
+-- not yet expired by the database's clock), which are left to run; no fence.
+-- $1 loop_id uuid
+SELECT id FROM tool_calls
+WHERE loop_id = $1 AND response_message_id IS NULL AND leased_until > now()
+ORDER BY id;
+
 -- name: tool_call_checkpoint :one
 -- ToolExecution; fence: this lease_token still holds the call and it has no result yet.
 -- $1 id bigint · $2 lease_token uuid · $3 result text · $4 structured jsonb · $5 is_success bool · $6 error_message text · $7 duration float

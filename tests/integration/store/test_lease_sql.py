@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 from agentd.db.pool import Pool, connection, transaction
-from agentd.store import jobs, loops
+from agentd.store import jobs, loops, tool_calls
 from agentd.testing import factories
 
 
@@ -103,3 +103,19 @@ async def test_a_lease_the_next_tick_would_find_lapsed_is_renewed_now(pool: Pool
             renew_within=25.0,
         )
     assert kept[row.id] is not None and 29 < kept[row.id] <= 30
+
+
+async def test_live_leases_are_the_unanswered_calls_leased_into_the_future(pool: Pool) -> None:
+    # Unfreeze leaves these running; the comparison is the database's clock, not ours.
+    async with transaction(pool) as conn:
+        phase = await factories.loop(conn, status="running", step_count=1)
+        live = await factories.tool_call(conn, phase, lease_token=uuid.uuid4(), leased_in=30)
+        await factories.tool_call(conn, phase, lease_token=uuid.uuid4(), leased_in=-1)
+        await factories.tool_call(conn, phase)  # never leased (its job was dropped)
+        await factories.tool_call(
+            conn, phase, lease_token=uuid.uuid4(), leased_in=30, responded=True
+        )
+        other = await factories.loop(conn, status="running", step_count=1)
+        await factories.tool_call(conn, other, lease_token=uuid.uuid4(), leased_in=30)
+    async with connection(pool) as conn:
+        assert await tool_calls.live_leases(conn, loop_id=phase.id) == {live.id}
