@@ -1,6 +1,7 @@
 """Loop lifecycle: start, continue, pause, resume, stop, freeze, observe, approve/deny,
 regenerate and fork (sends: engine/sending.py; decisions: engine/decisions.py; regenerate
-and fork: engine/forks.py; child loops follow pause, stop and resume: engine/cascade.py).
+and fork: engine/forks.py; freeze and unfreeze: engine/freezing.py; child loops follow
+pause, stop and resume: engine/cascade.py).
 
 Guarantee: each transition happens in one transaction under the loop's row lock, enqueues
 what it makes runnable in that transaction, rotates or clears the execution token so a
@@ -21,7 +22,16 @@ from typing import Any
 
 from agentd import logs
 from agentd.db.pool import Connection, Pool, transaction
-from agentd.engine import cascade, decisions, dispatch, forks, loop_limits, sending, starting
+from agentd.engine import (
+    cascade,
+    decisions,
+    dispatch,
+    forks,
+    freezing,
+    loop_limits,
+    sending,
+    starting,
+)
 from agentd.errors import BadRequest, InvalidTransition, LoopNotFound
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
@@ -69,6 +79,15 @@ class Lifecycle:
         row = await agent_versions.get(conn, version_id=loop.agent_version)
         return bool(row and row["definition"].get("sequential_tool_calls") is True)
 
+    async def runnable(
+        self, conn: Connection, loop: Loop, unresolved: list[ToolCall]
+    ) -> list[ToolCall]:
+        """Of the loop's unanswered calls, those a dispatch may run: none awaiting a person
+        and, for a sequential agent, only the first."""
+        if await self._sequential_for(conn, loop):
+            unresolved = unresolved[:1]
+        return [c for c in unresolved if not decisions.awaiting_person(c)]
+
     async def locked(self, conn: Connection, loop_id: uuid.UUID) -> Loop:
         loop = await loops.get_for_update(conn, loop_id=loop_id)
         if loop is None:
@@ -94,9 +113,7 @@ class Lifecycle:
         if unresolved:
             # Revoke before re-enqueueing, or the claim's lease check would strand them.
             await tool_calls.revoke_leases(conn, loop_id=loop.id)
-            runnable = [c for c in unresolved if not decisions.awaiting_person(c)]
-            if await self._sequential_for(conn, loop):
-                runnable = [c for c in unresolved[:1] if not decisions.awaiting_person(c)]
+            runnable = await self.runnable(conn, loop, unresolved)
             status = LoopStatus.RUNNING if runnable else LoopStatus.WAITING
             row = await loops.set_status(
                 conn, loop_id=loop.id, status=status, execution_token=token, reason=reason
@@ -352,28 +369,12 @@ class Lifecycle:
             return row
 
     async def freeze(self, loop_id: uuid.UUID) -> Loop:
-        async with transaction(self.pool) as conn:
-            await self.locked(conn, loop_id)
-            row = await loops.set_flags(conn, loop_id=loop_id, frozen=True)
-            assert row is not None
-            await self.record(conn, row, "loop.frozen", TransitionReason.FROZEN_BY_USER)
-            return row
+        """Workers leave the loop alone; work already running goes on (engine/freezing.py)."""
+        return await freezing.freeze(self, loop_id)
 
     async def unfreeze(self, loop_id: uuid.UUID) -> Loop:
-        async with transaction(self.pool) as conn:
-            loop = await self.locked(conn, loop_id)
-            row = await loops.set_flags(conn, loop_id=loop_id, frozen=False)
-            assert row is not None
-            # Work dropped while frozen (a queued turn, or a tool phase with no turn in
-            # flight) is dispatched again; a turn still running keeps its lease.
-            between_turns = loop.status == LoopStatus.QUEUED or (
-                loop.status in (LoopStatus.RUNNING, LoopStatus.WAITING)
-                and loop.lease_expires_at is None
-            )
-            if loop.frozen and between_turns:
-                row = await self.redispatch(conn, row, TransitionReason.UNFROZEN)
-            await self.record(conn, row, "loop.unfrozen", TransitionReason.UNFROZEN)
-            return row
+        """Dispatch again what was dropped while frozen (engine/freezing.py)."""
+        return await freezing.unfreeze(self, loop_id)
 
     async def observe(self, loop_id: uuid.UUID, observed: bool = True) -> Loop:
         async with transaction(self.pool) as conn:

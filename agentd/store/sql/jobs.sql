@@ -96,7 +96,8 @@ FROM jobs GROUP BY queue;
 SELECT * FROM jobs WHERE loop_id = $1 ORDER BY id;
 
 -- name: job_delete_for_loop :exec
--- Pause/stop under the loop lock: drop pending jobs (they would be stale anyway). A job a
+-- Pause/stop under the loop lock: drop pending jobs (they would be stale anyway); unfreeze,
+-- to enqueue the loop's work again on its generation (engine/freezing.py). A job a
 -- claim holds is skipped, not waited for (the claim holds it waiting for this loop: a
 -- deadlock); that claim then finds the loop moved on and drops the job itself.
 -- $1 loop_id uuid
