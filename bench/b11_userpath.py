@@ -11,7 +11,7 @@ PostgreSQL CPU ms per job (every `postgres` process on the machine,
 so run it on an otherwise idle box). `--profile` adds a py-spy top-20 of agentd's worker.
 
     python -m bench.b11_userpath [--loops 8000 --seconds 15 --warmup 5 --concurrency 16]
-                                 [--agentd-only] [--profile] [--mcp fake|sdk] [--agentd-src DIR]
+                                 [--agentd-only] [--profile] [--mcp fake|fake-stateless|sdk] [--agentd-src DIR]
 
 Each contender gets the same fresh seed of `--loops` loops, so none drains inside its
 window (a drained run is flagged).
@@ -155,10 +155,11 @@ def agentd_env(db_url: str, port: int, token: str, config: Path, c: int) -> dict
     }
 
 
-def toml_agent(llm_url: str, mcp_url: str, session: str = "loop") -> str:
-    """B11's agent. `session`: the MCP server's `session` key ("loop", the default, is
-    left out, so trees from before the key existed read the same file)."""
-    shared = f'session = "{session}"\n' if session != "loop" else ""
+def toml_agent(llm_url: str, mcp_url: str, session: str = "default") -> str:
+    """B11's agent. `session`: the MCP server's `session` key; "default" leaves it out
+    (the tree's default: "auto" today, one session per loop in trees from before the key
+    existed, which cannot read the key at all)."""
+    shared = f'session = "{session}"\n' if session != "default" else ""
     return f"""
 [agents.bench]
 dialect = "open_ai"
@@ -572,7 +573,11 @@ async def main_async(a: argparse.Namespace) -> None:
 
     logs.configure("console", "warning")
     # --mcp sdk: the tool server is the official SDK's (bench/sdk_mcp.py), for all three.
-    mcp = fake_mcp() if a.mcp == "fake" else Proc([PY, "-m", "bench.sdk_mcp"]).start()
+    # --mcp fake-stateless: agentd's fake issuing no session id (what `session = "auto"` shares).
+    if a.mcp == "sdk":
+        mcp = Proc([PY, "-m", "bench.sdk_mcp"]).start()
+    else:
+        mcp = fake_mcp(stateless=a.mcp == "fake-stateless")
     llm = fake_llm(rules())
     llm_url, mcp_url = f"http://127.0.0.1:{llm.port}", f"http://127.0.0.1:{mcp.port}/mcp"
     # The fakes' CPU per job too: on two cores they share a core with PostgreSQL.
@@ -720,16 +725,17 @@ def main() -> None:
     p.add_argument(
         "--mcp",
         default="fake",
-        choices=["fake", "sdk"],
-        help="the MCP server: agentd's fake, or one built with the official mcp SDK",
+        choices=["fake", "fake-stateless", "sdk"],
+        help="the MCP server: agentd's fake (sessions), the fake issuing no session id, or"
+        " one built with the official mcp SDK",
     )
     p.add_argument(
         "--mcp-session",
         default="process",
-        choices=["loop", "process"],
+        choices=["default", "auto", "loop", "process"],
         help="the agent's MCP `session` key: one session per worker process shared by every"
-        " loop, as DBOS and the bare loop do (the default here), or one per loop (agentd's"
-        " default; the only choice for trees before the key existed)",
+        " loop, as DBOS and the bare loop do (the default here); one per loop; `auto`; or"
+        " `default`, the key left out (agentd's default; the only choice for old trees)",
     )
     p.add_argument("--bare-child", nargs=2, metavar=("LLM", "MCP"))
     p.add_argument(

@@ -185,9 +185,10 @@ def main() -> None:
         )
         p.add_argument(
             f"--{tag}-mcp-session",
-            default="loop",
-            choices=["loop", "process"],
-            help=f"the {tag} tree's MCP `session` key (`process` needs a tree that has it)",
+            default="default",
+            choices=["default", "auto", "loop", "process"],
+            help=f"the {tag} tree's MCP `session` key; `default` leaves it out (the only"
+            " choice for a tree from before the key existed)",
         )
     a = p.parse_args()
     out = asyncio.run(main_async(a))

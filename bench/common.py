@@ -323,8 +323,9 @@ def fake_llm(rules: list[dict[str, Any]], events: Path | None = None) -> Proc:
     return Proc(argv).start()
 
 
-def fake_mcp() -> Proc:
-    return Proc([PY, "-m", "agentd.testing.fake_mcp", "--port", "0"]).start()
+def fake_mcp(*, stateless: bool = False) -> Proc:
+    argv = [PY, "-m", "agentd.testing.fake_mcp", "--port", "0"]
+    return Proc(argv + (["--stateless"] if stateless else [])).start()
 
 
 # --- stats and output ---------------------------------------------------------------------

@@ -90,8 +90,11 @@ class FakeMcpServer:
         host: str = "127.0.0.1",
         port: int = 0,
         seed: int = 0,
+        stateless: bool = False,
     ) -> None:
         self.toolset = toolset or default_toolset()
+        # Like an SDK server with stateless_http: no Mcp-Session-Id is issued or required.
+        self.stateless = stateless
         self.mode = mode
         self.token = token
         self.host = host
@@ -219,9 +222,14 @@ class FakeMcpServer:
         extra: dict[str, str] = {}
         if body.get("method") == "initialize":
             answer, minted = await self.toolset.handle(body)
-            session_id = minted or uuid.uuid4().hex
-            self.sessions.add(session_id)
-            extra["Mcp-Session-Id"] = session_id
+            if not self.stateless:
+                session_id = minted or uuid.uuid4().hex
+                self.sessions.add(session_id)
+                extra["Mcp-Session-Id"] = session_id
+        elif self.stateless:
+            if jsonrpc.is_notification(body):
+                return await _write(writer, 202)
+            answer, _ = await self.toolset.handle(body, context=CallContext())
         else:
             if not session_id:
                 error = jsonrpc.error(
@@ -334,7 +342,11 @@ async def _serve_stdio(hang_on: str | None, exit_on: str | None) -> None:
 
 async def _serve_http(args: argparse.Namespace) -> None:
     async with FakeMcpServer(
-        mode=args.mode, token=args.token, host=args.host, port=args.port
+        mode=args.mode,
+        token=args.token,
+        host=args.host,
+        port=args.port,
+        stateless=args.stateless,
     ) as server:
         print(f"LISTENING {server.port}", flush=True)
         await asyncio.Event().wait()
@@ -346,6 +358,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--mode", choices=["json", "sse"], default="json")
     parser.add_argument("--token")
+    parser.add_argument(
+        "--stateless", action="store_true", help="issue and require no Mcp-Session-Id"
+    )
     parser.add_argument("--stdio", action="store_true", help="serve over stdin/stdout instead")
     parser.add_argument("--hang-on", help="(stdio) never answer this method")
     parser.add_argument("--exit-on", help="(stdio) exit with code 3 on this method")

@@ -20,6 +20,7 @@ from agentd.store import events, loops, mcp
 from agentd.testing import agents
 from agentd.testing.engine import eventually, running_engine
 from agentd.testing.fake_llm import FakeLLM, Reply, Rule, ToolCall
+from agentd.testing.fake_mcp import FakeMcpServer
 
 pytestmark = pytest.mark.slow  # each test starts an SDK server process (~6 s here)
 
@@ -125,3 +126,23 @@ async def test_tools_list_changed_makes_the_next_loop_list_again(
     assert "shout" not in offered_before and "shout" in offered_after
     assert await logged(pool, first + later, "mcp.tools/list") == 2
     assert await logged(pool, again, "mcp.tools/list") == 0  # the new listing is cached
+
+
+async def test_the_fakes_stateless_mode_is_shared_by_auto(pool: Pool, database_url: str) -> None:
+    # agentd's own fake with --stateless (what bench B11's `--mcp fake-stateless` serves):
+    # it issues no session id, so `auto` shares one for every loop of the process.
+    async with FakeMcpServer(stateless=True) as server, FakeLLM() as llm:
+        llm.add(
+            Rule(match=asked("add"), reply=Reply(tool_calls=[ToolCall("add", {"a": 2, "b": 3})]))
+        )
+        llm.add(Rule(reply=Reply(content="done")))
+        async with running_engine(pool, database_url, registry_for(server.url)) as engine:
+            ids = await run(engine, pool, llm, "add", 3)
+    methods = [r.method for r in server.requests]
+    # one handshake (the probe era's server/discover) and one listing for three loops
+    assert methods.count("server/discover") + methods.count("initialize") == 1
+    assert methods.count("tools/list") == 1 and methods.count("tools/call") == 3
+    assert all(r.session_id is None for r in server.requests)
+    assert not server.sessions
+    rows = await sessions_of(pool, ids)
+    assert [bool(s["metadata"].get(shared_sessions.SHARED_KEY)) for s in rows] == [True] * 3
