@@ -78,25 +78,50 @@ async def agentd_round(
         base_url=api_url, headers=headers, timeout=120, limits=limits
     ) as h:
 
+        def item(i: int) -> tuple[str, dict[str, Any]]:
+            # The tag names the round's size too: a key reused across sizes would replay
+            # the earlier round's loop (an idempotent start) instead of starting one.
+            tag = f"n{n}r{rnd}l{i}"
+            watch = bool(observe_every and i % observe_every == 0)
+            return tag, {"agent": "stream", "message": f"go {tag}", "observe": watch}
+
+        def watched(loop_id: str, body: dict[str, Any], tag: str) -> None:
+            if body["observe"]:
+                observers.append(asyncio.create_task(b12_observe.observe(h, loop_id, tag)))
+
+        async def post(path: str, body: dict[str, Any], key: str | None) -> httpx.Response:
+            for attempt in range(3):
+                try:
+                    # Idempotent: a POST retried after a dropped connection starts one loop.
+                    extra = {"Idempotency-Key": key} if key else {}
+                    r = await h.post(path, json=body, headers=extra)
+                    break
+                except httpx.TransportError:
+                    if attempt == 2:
+                        raise
+            r.raise_for_status()
+            return r
+
         async def start(i: int) -> str:
-            tag = f"r{rnd}l{i}"
-            watch = observe_every and i % observe_every == 0
-            body = {"agent": "stream", "message": f"go {tag}", "observe": bool(watch)}
+            tag, body = item(i)
             async with sem:
                 posted[tag] = time.monotonic()
-                for attempt in range(3):
-                    try:
-                        # Idempotent: a POST retried after a dropped connection starts one loop.
-                        r = await h.post("/v1/loops", json=body, headers={"Idempotency-Key": tag})
-                        break
-                    except httpx.TransportError:
-                        if attempt == 2:
-                            raise
-                r.raise_for_status()
+                r = await post("/v1/loops", body, tag)
             loop_id = str(r.json()["id"])
-            if watch:
-                observers.append(asyncio.create_task(b12_observe.observe(h, loop_id, tag)))
+            watched(loop_id, body, tag)
             return loop_id
+
+        async def start_batch(first: int) -> list[str]:
+            items = [item(i) for i in range(first, min(n, first + a.batch))]
+            async with sem:
+                now = time.monotonic()
+                posted.update({tag: now for tag, _ in items})
+                body = {"loops": [{**b, "idempotency_key": tag} for tag, b in items]}
+                r = await post("/v1/loops:batch", body, None)
+            ids = [str(x["id"]) for x in r.json()["loops"]]
+            for loop_id, (tag, b) in zip(ids, items, strict=True):
+                watched(loop_id, b, tag)
+            return ids
 
         c0 = {k: cpu(p) for k, p in pids.items()}
         t0 = time.perf_counter()
@@ -107,7 +132,11 @@ async def agentd_round(
                     pyspy_top, pids["worker"], a.profile_seconds, RESULTS / f"b12-pyspy-{n}-{rnd}"
                 )
             )
-        ids = await asyncio.gather(*(start(i) for i in range(n)))
+        if a.batch:
+            chunks = await asyncio.gather(*(start_batch(i) for i in range(0, n, a.batch)))
+            ids = [x for chunk in chunks for x in chunk]
+        else:
+            ids = await asyncio.gather(*(start(i) for i in range(n)))
         post_s = time.perf_counter() - t0
         deadline = time.monotonic() + a.timeout
         while True:
@@ -284,6 +313,13 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=200)
     p.add_argument("--rate", type=float, default=50.0, help="tokens/s per stream")
     p.add_argument("--post-concurrency", type=int, default=32)
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=0,
+        metavar="K",
+        help="start the loops with POST /v1/loops:batch, K per request (≤ 500), not one by one",
+    )
     p.add_argument("--timeout", type=float, default=300.0, help="per round")
     p.add_argument("--profile", action="store_true", help="py-spy top-20 of the worker")
     p.add_argument("--profile-seconds", type=float, default=8.0)
