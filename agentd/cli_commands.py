@@ -46,6 +46,7 @@ def _registry(settings: Settings) -> AgentRegistry:
 
     registry = build_registry(settings.agents)
     registry.warn_missing_keys()
+    registry.warn_unknown_agent_tools()
     return registry
 
 

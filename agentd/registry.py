@@ -283,6 +283,24 @@ class AgentRegistry:
                 missing.append(name)
         return missing
 
+    def warn_unknown_agent_tools(self) -> list[tuple[str, str]]:
+        """Log one warning per `agent_tools` entry naming an agent this process does not
+        have (a call to it would be an error result: the worker running the parent starts
+        the child); return (agent, named) pairs."""
+        unknown = []
+        for name in self.names():
+            for tool in getattr(self._agents[name], "_agent_tools", ()):
+                if tool.agent not in self._agents:
+                    log.warning(
+                        "agent.agent_tool_unknown",
+                        agent=name,
+                        tool=tool.tool_name,
+                        names=tool.agent,
+                        hint=f"register {tool.agent!r}; until then calls to it are tool errors",
+                    )
+                    unknown.append((name, tool.agent))
+        return unknown
+
     def names(self) -> list[str]:
         return sorted(self._agents)
 

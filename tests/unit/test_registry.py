@@ -175,3 +175,20 @@ def test_a_code_agent_with_a_v1_base_url_attribute_is_refused_at_registration() 
 
     with pytest.raises(ConfigError, match=r"base_url = https://api\.openai\.com "):
         AgentRegistry().register("sdkish", Sdkish)
+
+
+def test_an_agent_tool_naming_an_unloaded_agent_is_warned_at_startup() -> None:
+    import structlog
+
+    reg = AgentRegistry()
+    reg.load_config(
+        {
+            "lead": {**BASE, "agent_tools": ["helper", {"agent": "ghost", "name": "boo"}]},
+            "helper": {**BASE},
+        }
+    )
+    with structlog.testing.capture_logs() as logs:
+        assert reg.warn_unknown_agent_tools() == [("lead", "ghost")]
+    assert [(e["event"], e["agent"], e["tool"], e["names"]) for e in logs] == [
+        ("agent.agent_tool_unknown", "lead", "boo", "ghost")
+    ]
