@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from uuid import UUID
@@ -32,7 +32,7 @@ from agentd import logs
 from agentd.api.problems import ApiProblem
 from agentd.db.listener import Listener
 from agentd.db.pool import Pool, connection
-from agentd.errors import DatabaseUnavailable
+from agentd.errors import DatabaseUnavailable, LoopNotFound
 from agentd.states import LoopStatus, MessageStatus
 from agentd.store import loops, messages, tool_calls
 from agentd.store.models import Loop, Message, ToolCall
@@ -257,6 +257,34 @@ class HeldStream(StreamingResponse):
                 done = close()
                 if done is not None:
                     await done
+
+
+async def observed_stream(
+    hub: StreamHub,
+    pool: Pool,
+    loop_id: UUID,
+    observe: Callable[[UUID, bool], Awaitable[Loop]],
+    frames: Callable[[Subscription, Loop], AsyncIterator[str]],
+) -> HeldStream:
+    """A live SSE response of `loop_id` (the agentd stream's and AG-UI's GET): subscribe,
+    then read the loop, so no change between the two is missed; turn observing on for a
+    loop still running (writes only then); unsubscribe when the connection is done."""
+    sub = await hub.subscribe(loop_id)
+    try:
+        loop = await hub.loop(pool, loop_id)
+        if loop is None:
+            raise LoopNotFound(f"no loop {loop_id}")
+        if not loop.observed and loop.status not in END:
+            loop = await observe(loop_id, True)
+    except BaseException:
+        await hub.unsubscribe(sub)
+        raise
+    return HeldStream(
+        frames(sub, loop),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        on_close=[lambda: hub.unsubscribe(sub)],
+    )
 
 
 def newest_assistant(rows: list[Message], at_most: int | None = None) -> int:

@@ -49,6 +49,7 @@ from agentd.api.stream_hub import (
     StreamSlots,
     Subscription,
     newest_assistant,
+    observed_stream,
     streaming_partial,
 )
 from agentd.db.pool import connection
@@ -300,22 +301,12 @@ async def _stream(request: Request, loop_id: UUID, last_event_id: str | None) ->
         if await loops.get(conn, loop_id=loop_id) is None:
             raise LoopNotFound(f"no loop {loop_id}")
     hub: StreamHub = request.app.state.stream_hub
-    sub = await hub.subscribe(loop_id)
-    try:
-        # Read after LISTEN is up, so no change between the two is missed.
-        loop = await hub.loop(state.pool, loop_id)
-        if loop is None:
-            raise LoopNotFound(f"no loop {loop_id}")
-        if not loop.observed and loop.status not in END:
-            loop = await state.lifecycle.observe(loop_id, True)
-    except BaseException:
-        await hub.unsubscribe(sub)
-        raise
-    return HeldStream(
-        LoopStream(request, sub, loop, resume).frames(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        on_close=[lambda: hub.unsubscribe(sub)],
+    return await observed_stream(
+        hub,
+        state.pool,
+        loop_id,
+        state.lifecycle.observe,
+        lambda sub, loop: LoopStream(request, sub, loop, resume).frames(),
     )
 
 

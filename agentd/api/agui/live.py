@@ -23,10 +23,10 @@ from agentd.api.routes_loops import app_state
 from agentd.api.stream_hub import (
     END,
     KEEPALIVE_SECONDS,
-    HeldStream,
     StreamHub,
     Subscription,
     newest_assistant,
+    observed_stream,
     streaming_partial,
 )
 from agentd.db.pool import connection
@@ -206,20 +206,10 @@ async def stream(request: Request, loop_id: UUID, last_event_id: str | None) -> 
             if not newer:
                 return Response(status_code=204)  # the run ended and nothing happened since
     hub: StreamHub = request.app.state.stream_hub
-    sub = await hub.subscribe(loop_id)
-    try:
-        # As the agentd stream: read after LISTEN is up; write only to turn observing on.
-        loop = await hub.loop(state.pool, loop_id)
-        if loop is None:
-            raise LoopNotFound(f"no loop {loop_id}")
-        if not loop.observed and loop.status not in END:
-            loop = await state.lifecycle.observe(loop_id, True)
-    except BaseException:
-        await hub.unsubscribe(sub)
-        raise
-    return HeldStream(
-        AguiStream(request, sub, loop, resume).frames(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        on_close=[lambda: hub.unsubscribe(sub)],
+    return await observed_stream(
+        hub,
+        state.pool,
+        loop_id,
+        state.lifecycle.observe,
+        lambda sub, loop: AguiStream(request, sub, loop, resume).frames(),
     )
