@@ -83,17 +83,6 @@ async def call(ctx: ToolContext) -> Result | None:
         return f"Tool {tc.name} could not start the {spec.agent} agent: {exc}", False, None, None
 
 
-async def _fenced_parent(conn: Connection, ctx: ToolContext) -> Loop:
-    loop = await loops.get_for_update(conn, loop_id=ctx.tool_call.loop_id)
-    if (
-        loop is None
-        or loop.execution_token != ctx.generation
-        or loop.status not in (LoopStatus.RUNNING, LoopStatus.WAITING)
-    ):
-        raise FenceLost()
-    return loop
-
-
 async def _start(
     ctx: ToolContext, spec: agent_tools.AgentTool, message: str, given: dict[str, Any]
 ) -> Result | None:
@@ -102,7 +91,7 @@ async def _start(
     tc, rt = ctx.tool_call, ctx.runtime
     assert ctx.agent is not None
     async with transaction(rt.pool) as conn:
-        parent = await _fenced_parent(conn, ctx)
+        parent = await ctx.locked_loop(conn)
         if parent.depth + 1 > rt.settings.max_child_depth:
             return (
                 f"Tool {tc.name} refused: child loops may nest {rt.settings.max_child_depth} "
@@ -185,7 +174,7 @@ async def _after_start(ctx: ToolContext, spec: agent_tools.AgentTool) -> Result 
     tc = ctx.tool_call
     assert tc.child_loop_id is not None
     async with transaction(ctx.runtime.pool) as conn:
-        await _fenced_parent(conn, ctx)
+        await ctx.locked_loop(conn)
         # Locked after the parent (the lock order): a child ending concurrently has either
         # committed (seen here) or will see the parked call and enqueue it.
         child = await loops.get_for_update(conn, loop_id=tc.child_loop_id)

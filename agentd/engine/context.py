@@ -23,6 +23,7 @@ from agentd.llm.types import LLMRequest, LLMResponse, Message, ToolSpec
 from agentd.states import LoopStatus, ToolCallOutcome, TransitionReason, TurnOutcome
 
 if TYPE_CHECKING:
+    from agentd.db.pool import Connection
     from agentd.engine.chaining import Chain
     from agentd.engine.runtime import Runtime
     from agentd.store.jobs import TurnPrefetch
@@ -192,6 +193,20 @@ class ToolContext:
     prefetched: tuple[Loop, McpToolRow | None] | None = None
     # The worker's offer of an LLM slot for the next turn this call's finish claims.
     chain: Chain | None = None
+
+    async def locked_loop(self, conn: Connection) -> Loop:
+        """The call's loop, locked, while this call's generation still runs it (running or
+        waiting); FenceLost otherwise (a pause, stop or newer dispatch took it)."""
+        from agentd.store import loops
+
+        loop = await loops.get_for_update(conn, loop_id=self.tool_call.loop_id)
+        if (
+            loop is None
+            or loop.execution_token != self.generation
+            or loop.status not in (LoopStatus.RUNNING, LoopStatus.WAITING)
+        ):
+            raise FenceLost()
+        return loop
 
     def skip_execution(self, result: str, success: bool = False) -> None:
         """Record `result` as this call's outcome without invoking the tool."""

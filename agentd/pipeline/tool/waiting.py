@@ -27,18 +27,7 @@ from agentd.errors import FenceLost
 from agentd.event_names import EventName
 from agentd.states import LoopStatus, ToolCallOutcome, TransitionReason
 from agentd.store import events, loops, tool_calls
-from agentd.store.models import Loop, NewEvent, ToolCall
-
-
-async def _fenced_loop(conn: Connection, ctx: ToolContext) -> Loop:
-    loop = await loops.get_for_update(conn, loop_id=ctx.tool_call.loop_id)
-    if (
-        loop is None
-        or loop.execution_token != ctx.generation
-        or loop.status not in (LoopStatus.RUNNING, LoopStatus.WAITING)
-    ):
-        raise FenceLost()
-    return loop
+from agentd.store.models import NewEvent, ToolCall
 
 
 async def park(
@@ -57,7 +46,7 @@ async def park(
     published with `status` added. Holds the step."""
     tc = ctx.tool_call
     async with transaction(ctx.runtime.pool) as conn:
-        loop = await _fenced_loop(conn, ctx)
+        loop = await ctx.locked_loop(conn)
         parked = await park_row(conn)
         if parked is None:
             raise FenceLost()
@@ -120,7 +109,7 @@ async def schedule_task_poll(
 ) -> None:
     tc = ctx.tool_call
     async with transaction(ctx.runtime.pool) as conn:
-        await _fenced_loop(conn, ctx)
+        await ctx.locked_loop(conn)
         row = await tool_calls.schedule_task_poll(
             conn,
             tool_call_id=tc.id,
