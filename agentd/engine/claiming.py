@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING
+import uuid
+from typing import TYPE_CHECKING, Protocol
 
 from agentd import logs
 from agentd.db.pool import connection
@@ -26,9 +27,29 @@ from agentd.states import JobQueue
 from agentd.store import jobs
 
 if TYPE_CHECKING:
-    from agentd.engine.worker import Worker
+    from agentd.engine.runtime import Runtime
+    from agentd.store.models import Loop
 
 log = logs.get("agentd.worker")
+
+
+class Worker(Protocol):
+    """What a claim loop needs of its worker (engine/worker.py's Worker): slots per queue,
+    the wake events, and where a claimed job goes."""
+
+    runtime: Runtime
+    limits: dict[str, int]
+    busy: dict[str, int]
+    wakes: dict[str, asyncio.Event]
+    drained: dict[str, bool]
+
+    def run_claimed_turn(
+        self, loop: Loop, prefetch: jobs.TurnPrefetch | None, *, job_id: int
+    ) -> None: ...
+
+    def run_claimed_tool(
+        self, claim: jobs.ToolClaim, lease_token: uuid.UUID, *, job_id: int
+    ) -> None: ...
 
 
 async def wait(worker: Worker, queue: JobQueue, stop: asyncio.Event, at_most: float) -> None:
