@@ -22,7 +22,7 @@ from agentd.store import loops, tool_calls
 from agentd.store.models import Loop, ToolCall
 
 if TYPE_CHECKING:
-    from agentd.engine.lifecycle import Lifecycle
+    from agentd.engine.loop_ops import LoopOps
 
 
 async def _attached(conn: Connection, parent: Loop) -> list[Loop]:
@@ -43,19 +43,19 @@ async def _attached(conn: Connection, parent: Loop) -> list[Loop]:
     return out
 
 
-async def pause_children(lc: Lifecycle, conn: Connection, parent: Loop) -> None:
+async def pause_children(lc: LoopOps, conn: Connection, parent: Loop) -> None:
     for kid in await _attached(conn, parent):
         if kid.status in ACTIVE or kid.status == LoopStatus.INIT:
             await lc.pause_in(conn, kid, TransitionReason.PAUSED_WITH_PARENT)
 
 
-async def stop_children(lc: Lifecycle, conn: Connection, parent: Loop) -> None:
+async def stop_children(lc: LoopOps, conn: Connection, parent: Loop) -> None:
     for kid in await _attached(conn, parent):
         if kid.status not in (LoopStatus.STOPPED, LoopStatus.COMPLETED, LoopStatus.FAILED):
             await lc.stop_in(conn, kid, TransitionReason.STOPPED_WITH_PARENT)
 
 
-async def stop_children_of(lc: Lifecycle, conn: Connection, calls: list[ToolCall]) -> None:
+async def stop_children_of(lc: LoopOps, conn: Connection, calls: list[ToolCall]) -> None:
     """Stop the children that `calls` (answered without their result: an interrupt) were
     waiting on; the parent is locked by the caller."""
     for call in sorted(calls, key=lambda c: c.id):
@@ -72,7 +72,7 @@ async def stop_children_of(lc: Lifecycle, conn: Connection, calls: list[ToolCall
             await lc.stop_in(conn, kid, TransitionReason.STOPPED_WITH_PARENT)
 
 
-async def resume_children(lc: Lifecycle, conn: Connection, parent: Loop) -> None:
+async def resume_children(lc: LoopOps, conn: Connection, parent: Loop) -> None:
     for kid in await _attached(conn, parent):
         if (
             kid.status == LoopStatus.PAUSED

@@ -23,11 +23,11 @@ from agentd.store import events, loops, mcp, tool_calls
 from agentd.store.models import Loop, NewEvent, ToolCall
 
 if TYPE_CHECKING:
-    from agentd.engine.lifecycle import Lifecycle
+    from agentd.engine.loop_ops import LoopOps
 
 
 async def decide(
-    lc: Lifecycle,
+    lc: LoopOps,
     tool_call_id: int,
     *,
     approve: bool,
@@ -110,7 +110,7 @@ async def decide(
 
 
 async def answer_input(
-    lc: Lifecycle,
+    lc: LoopOps,
     tool_call_id: int,
     *,
     action: str | None = None,

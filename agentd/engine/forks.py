@@ -23,7 +23,7 @@ from agentd.store import events, loops, messages, tool_calls
 from agentd.store.models import Loop, Message, NewEvent
 
 if TYPE_CHECKING:
-    from agentd.engine.lifecycle import Lifecycle
+    from agentd.engine.loop_ops import LoopOps
 
 
 async def message_of(conn: Connection, loop: Loop, message_id: int) -> Message:
@@ -93,7 +93,7 @@ async def fork_in(
     return new
 
 
-async def regenerate(lc: Lifecycle, loop_id: uuid.UUID, message_id: int) -> Loop:
+async def regenerate(lc: LoopOps, loop_id: uuid.UUID, message_id: int) -> Loop:
     """Re-run the loop from just after `message_id`; later messages are superseded.
 
     They leave the prompt but stay on record. A running loop is revoked first, as pause

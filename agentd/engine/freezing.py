@@ -32,10 +32,10 @@ from agentd.store import jobs, loops, tool_calls
 from agentd.store.models import Loop
 
 if TYPE_CHECKING:
-    from agentd.engine.lifecycle import Lifecycle
+    from agentd.engine.loop_ops import LoopOps
 
 
-async def freeze(lc: Lifecycle, loop_id: uuid.UUID) -> Loop:
+async def freeze(lc: LoopOps, loop_id: uuid.UUID) -> Loop:
     async with transaction(lc.pool) as conn:
         await lc.locked(conn, loop_id)
         row = await loops.set_flags(conn, loop_id=loop_id, frozen=True)
@@ -44,7 +44,7 @@ async def freeze(lc: Lifecycle, loop_id: uuid.UUID) -> Loop:
         return row
 
 
-async def unfreeze(lc: Lifecycle, loop_id: uuid.UUID) -> Loop:
+async def unfreeze(lc: LoopOps, loop_id: uuid.UUID) -> Loop:
     async with transaction(lc.pool) as conn:
         loop = await lc.locked(conn, loop_id)
         row = await loops.set_flags(conn, loop_id=loop_id, frozen=False)
@@ -63,7 +63,7 @@ async def unfreeze(lc: Lifecycle, loop_id: uuid.UUID) -> Loop:
         return row
 
 
-async def _resume_tool_phase(lc: Lifecycle, conn: Connection, loop: Loop) -> Loop:
+async def _resume_tool_phase(lc: LoopOps, conn: Connection, loop: Loop) -> Loop:
     """The tool phase of a loop just unfrozen (locked by the caller)."""
     live = await tool_calls.live_leases(conn, loop_id=loop.id)
     if not live or loop.execution_token is None:

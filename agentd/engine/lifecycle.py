@@ -60,7 +60,7 @@ class Lifecycle:
 
     # --- helpers ----------------------------------------------------------------------
 
-    def _lease(self, agent: str) -> float:
+    def lease_for(self, agent: str) -> float:
         # An agent this process has no definition of (its workers have): the default.
         cls = self.registry.get(agent) if agent in self.registry else None
         rt = cls.read_timeout if cls and isinstance(cls.read_timeout, int | float) else None
@@ -136,7 +136,7 @@ class Lifecycle:
             None,
             loop_id=loop.id,
             generation=token,
-            lease_seconds=self._lease(loop.agent),
+            lease_seconds=self.lease_for(loop.agent),
             notify=True,
         )
         return row

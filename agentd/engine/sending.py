@@ -26,7 +26,7 @@ from agentd.store import events, loop_inputs, loops, tool_calls
 from agentd.store.models import Loop, LoopInput, NewEvent
 
 if TYPE_CHECKING:
-    from agentd.engine.lifecycle import Lifecycle
+    from agentd.engine.loop_ops import LoopOps
 
 #: The result of a tool call an interrupt cancelled before it ran (what the model sees).
 INTERRUPTED_RESULT = "interrupted: the user sent a new message before this call finished"
@@ -41,7 +41,7 @@ class Sent:
     replayed: bool
 
 
-async def append_message(lc: Lifecycle, loop_id: uuid.UUID, content: str) -> Loop:
+async def append_message(lc: LoopOps, loop_id: uuid.UUID, content: str) -> Loop:
     """Add a user message to a loop at rest and continue it with a new turn."""
     if not isinstance(content, str) or not content.strip():
         raise BadRequest("content must be a non-empty string")
@@ -57,7 +57,7 @@ async def append_message(lc: Lifecycle, loop_id: uuid.UUID, content: str) -> Loo
 
 
 async def send(
-    lc: Lifecycle,
+    lc: LoopOps,
     loop_id: uuid.UUID,
     content: str,
     *,
@@ -97,7 +97,7 @@ async def send(
 
 
 async def send_in(
-    lc: Lifecycle,
+    lc: LoopOps,
     conn: Connection,
     loop: Loop,
     content: str,

@@ -22,13 +22,13 @@ from agentd.store import agent_versions, events, loop_inputs, loops, messages
 from agentd.store.models import Loop, NewEvent
 
 if TYPE_CHECKING:
-    from agentd.engine.lifecycle import Lifecycle
+    from agentd.engine.loop_ops import LoopOps
 
 _log = logs.get("agentd.loop")
 
 
 async def start_in(
-    lc: Lifecycle,
+    lc: LoopOps,
     conn: Connection,
     *,
     agent: str,
@@ -112,7 +112,7 @@ async def start_in(
         None,
         loop_id=loop.id,
         generation=token,
-        lease_seconds=lc._lease(agent),
+        lease_seconds=lc.lease_for(agent),
         notify=True,
         first_turn=True,
     )
