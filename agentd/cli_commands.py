@@ -59,6 +59,18 @@ def _token(settings: Settings) -> str:
     return token
 
 
+def _http_server(settings: Settings, port: int, **setting: str) -> HttpServer:
+    """A bound listening socket with the configured head limits and untraced paths
+    (`setting=`: the setting a taken port is blamed on, HttpServer's default else)."""
+    return HttpServer(
+        settings.host,
+        port,
+        limits=HeadLimits.from_settings(settings),
+        untraced=settings.trace_excluded_paths,
+        **setting,
+    )
+
+
 # --- commands -----------------------------------------------------------------------------
 
 
@@ -69,12 +81,7 @@ async def up(settings: Settings, args: argparse.Namespace) -> int:
 
     stop = _stop_on_signals()
     registry = _registry(settings)
-    server = HttpServer(
-        settings.host,
-        settings.port,
-        limits=HeadLimits.from_settings(settings),
-        untraced=settings.trace_excluded_paths,
-    )
+    server = _http_server(settings, settings.port)
     try:
         async with open_database(settings, migrate_first=True, stop=stop) as (pool, url):
             token = _token(settings)
@@ -104,13 +111,7 @@ async def worker(settings: Settings, args: argparse.Namespace) -> int:
     registry = _registry(settings)
     # Bound first, as the API's port is: a taken probe port is one clear error at once.
     probe = (
-        HttpServer(
-            settings.host,
-            settings.metrics_port,
-            setting="AGENTD_METRICS_PORT",
-            limits=HeadLimits.from_settings(settings),
-            untraced=settings.trace_excluded_paths,
-        )
+        _http_server(settings, settings.metrics_port, setting="AGENTD_METRICS_PORT")
         if settings.metrics_port
         else None
     )
@@ -153,12 +154,7 @@ async def api(settings: Settings, args: argparse.Namespace) -> int:
 
     stop = _stop_on_signals()
     registry = _registry(settings)
-    server = HttpServer(
-        settings.host,
-        settings.port,
-        limits=HeadLimits.from_settings(settings),
-        untraced=settings.trace_excluded_paths,
-    )
+    server = _http_server(settings, settings.port)
     try:
         async with open_database(settings, migrate_first=False, stop=stop) as (pool, url):
             await _require_current(pool)
