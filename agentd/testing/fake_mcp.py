@@ -226,17 +226,13 @@ class FakeMcpServer:
                 session_id = minted or uuid.uuid4().hex
                 self.sessions.add(session_id)
                 extra["Mcp-Session-Id"] = session_id
-        elif self.stateless:
-            if jsonrpc.is_notification(body):
-                return await _write(writer, 202)
-            answer, _ = await self.toolset.handle(body, context=CallContext())
         else:
-            if not session_id:
+            if not self.stateless and not session_id:
                 error = jsonrpc.error(
                     body.get("id"), jsonrpc.INVALID_REQUEST, "Bad Request: Missing session ID"
                 )
                 return await _write_json(writer, 400, error)
-            if session_id not in self.sessions:
+            if not self.stateless and session_id not in self.sessions:
                 error = jsonrpc.error(body.get("id"), -32001, "Session not found")
                 return await _write_json(writer, 404, error)
             if jsonrpc.is_notification(body):
