@@ -26,6 +26,17 @@ if TYPE_CHECKING:
     from agentd.engine.loop_ops import LoopOps
 
 
+async def _locked_call(lc: LoopOps, conn: Connection, tool_call_id: int) -> tuple[Loop, ToolCall]:
+    """The call and its loop, both locked: the loop first (the engine's lock order)."""
+    peek = await tool_calls.get(conn, tool_call_id=tool_call_id)
+    if peek is None:
+        raise ToolCallNotFound(f"no tool call {tool_call_id}")
+    loop = await lc.locked(conn, peek.loop_id)
+    tc = await tool_calls.get_for_update(conn, tool_call_id=tool_call_id)
+    assert tc is not None
+    return loop, tc
+
+
 async def decide(
     lc: LoopOps,
     tool_call_id: int,
@@ -45,12 +56,7 @@ async def decide(
     if arguments is not None and not approve:
         raise BadRequest("arguments can only be given when approving")
     async with transaction(lc.pool) as conn:
-        peek = await tool_calls.get(conn, tool_call_id=tool_call_id)
-        if peek is None:
-            raise ToolCallNotFound(f"no tool call {tool_call_id}")
-        loop = await lc.locked(conn, peek.loop_id)  # loop first: the engine's lock order
-        tc = await tool_calls.get_for_update(conn, tool_call_id=tool_call_id)
-        assert tc is not None
+        loop, tc = await _locked_call(lc, conn, tool_call_id)
         if tc.approval_status == wanted:
             if arguments is not None and arguments != tc.arguments:
                 raise AlreadyDecided(
@@ -121,12 +127,7 @@ async def answer_input(
     """Answer an MCP server's input request on a parked call and re-enqueue the call;
     the retry carries the answer. Repeating the same answer is harmless."""
     async with transaction(lc.pool) as conn:
-        peek = await tool_calls.get(conn, tool_call_id=tool_call_id)
-        if peek is None:
-            raise ToolCallNotFound(f"no tool call {tool_call_id}")
-        loop = await lc.locked(conn, peek.loop_id)  # loop first: the engine's lock order
-        tc = await tool_calls.get_for_update(conn, tool_call_id=tool_call_id)
-        assert tc is not None
+        loop, tc = await _locked_call(lc, conn, tool_call_id)
         if tc.input_status == InputStatus.PENDING and tc.response_message_id is None:
             response = inputs.build_response(
                 tc.input_request, action=action, content=content, responses=responses
