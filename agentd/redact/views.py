@@ -53,22 +53,36 @@ class _Decoded:
 
 
 class _Joined:
-    """Pieces of the raw text (one key's values across SSE events) read as one string."""
+    """One JSON key's string values across the raw text (SSE events) read as one string.
 
-    def __init__(self, pieces: list[tuple[int, int]], raw: str) -> None:
-        self._pieces = pieces
+    The text comes from `findall` (no match objects); where each value sits in the raw text
+    is worked out only when something is found in the text, which a clean body never asks.
+    """
+
+    def __init__(self, raw: str, key: str, values: list[str]) -> None:
+        self._raw = raw
+        self._key = key
+        self._pieces: list[tuple[int, int]] | None = None
         self._starts: list[int] = []
-        n = 0
-        for s, e in pieces:
-            self._starts.append(n)
-            n += e - s
-        self.text = "".join(raw[s:e] for s, e in pieces)
+        self.text = "".join(values)
+
+    def _located(self) -> list[tuple[int, int]]:
+        if self._pieces is None:
+            self._pieces = [
+                m.span(2) for m in JSON_PAIR.finditer(self._raw) if m.group(1) == self._key
+            ]
+            n = 0
+            for s, e in self._pieces:
+                self._starts.append(n)
+                n += e - s
+        return self._pieces
 
     def spans(self, a: int, b: int) -> list[tuple[int, int]]:
+        pieces = self._located()
         out: list[tuple[int, int]] = []
         k = bisect.bisect_right(self._starts, a) - 1
-        while k < len(self._pieces) and self._starts[k] < b:
-            s, e = self._pieces[k]
+        while k < len(pieces) and self._starts[k] < b:
+            s, e = pieces[k]
             lo = s + max(0, a - self._starts[k])
             hi = s + min(e - s, b - self._starts[k])
             if hi > lo:
@@ -125,14 +139,18 @@ def decode(view: View) -> View | None:
 def _joined_views(raw: str) -> list[View]:
     """Per JSON key, its string values across the body concatenated (SSE deltas); a key
     whose values are all alike (an id, a model name) reveals nothing joined."""
-    by_key: dict[str, list[tuple[int, int]]] = {}
-    for m in JSON_PAIR.finditer(raw):
-        by_key.setdefault(m.group(1), []).append(m.span(2))
-    views: list[View] = []
-    for pieces in by_key.values():
-        if len(pieces) > 1 and len({raw[s:e] for s, e in pieces}) > 1:
-            views.append(_Joined(pieces, raw))
-    return views
+    by_key: dict[str, list[str]] = {}
+    for key, value in JSON_PAIR.findall(raw):
+        values = by_key.get(key)
+        if values is None:
+            by_key[key] = [value]
+        else:
+            values.append(value)
+    return [
+        _Joined(raw, key, values)
+        for key, values in by_key.items()
+        if len(values) > 1 and len(set(values)) > 1
+    ]
 
 
 def views(value: str, joined: bool = True) -> Iterable[View]:
