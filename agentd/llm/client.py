@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +79,13 @@ class _Capture:
         except LookupError:
             body = data.decode("utf-8", errors="replace")
         return body + ("\n…[truncated]" if self.truncated else "")
+
+
+def _body(r: httpx.Response) -> AsyncIterator[bytes]:
+    """The response body as it arrives: without a content coding there is nothing to decode,
+    and the raw iterator spares every chunk httpx's decoder and chunker layers."""
+    coding = r.headers.get("content-encoding", "identity").strip().lower()
+    return r.aiter_raw() if coding in ("", "identity") else r.aiter_bytes()
 
 
 def _mask(value: Any, secrets: list[str]) -> Any:
@@ -264,16 +271,23 @@ class LLMClient:
                         # Pushed back at most every `slack` seconds: a stream may then go
                         # idle_timeout - slack without an event before it is cut.
                         slack, moved = min(1.0, call.idle_timeout / 10), loop.time()
+                        on_delta = call.on_delta
                         try:
                             async with idle:
-                                async for chunk in r.aiter_bytes():
+                                async for chunk in _body(r):
                                     capture.add(chunk)
                                     events = decoder.feed(chunk)
                                     for event in events:
                                         deltas = parser.feed(event)
-                                        if deltas and ttft is None:
+                                        if not deltas:
+                                            continue
+                                        if ttft is None:
                                             ttft = time.monotonic() - started
-                                        await self._hand_over(call, deltas)
+                                        if on_delta is not None:
+                                            # From here on a re-send would duplicate content.
+                                            call.handed_over = True
+                                            for delta in deltas:
+                                                await on_delta(delta)
                                     if events:  # progress: a whole event, not a byte
                                         now = loop.time()
                                         if now - moved > slack:  # not per event: cheap

@@ -41,13 +41,26 @@ _HOLD_BYTES = 64 * 1024
 
 
 class AsyncioStream(httpcore.AsyncNetworkStream):
-    """One TCP (or TLS) connection as asyncio's StreamReader/StreamWriter."""
+    """One TCP (or TLS) connection as asyncio's StreamReader/StreamWriter.
+
+    A read's timeout is one timer per connection, pushed back lazily: a streamed answer
+    reads once per event, and `asyncio.timeout` around each read (a timer handle made,
+    pushed on the loop's heap and cancelled every time) was a tenth of a streaming worker's
+    CPU. The timer fires at the earliest deadline it was armed for; a read still waiting
+    past its own deadline is cancelled into `httpcore.ReadTimeout`, and otherwise the timer
+    re-arms for the deadline that is due (or stops, with no read waiting).
+    """
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader = reader
         self._writer = writer
         self._held: list[bytes] = []
         self._held_bytes = 0
+        self._loop = asyncio.get_running_loop()
+        self._deadline = 0.0  # the waiting read's (loop clock)
+        self._waiting: asyncio.Task[Any] | None = None  # the task of a read that waits
+        self._timer: asyncio.TimerHandle | None = None
+        self._expired = False
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         if self._held:
@@ -55,11 +68,50 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
             # and closed early, so read its response (or the close) rather than fail here.
             with contextlib.suppress(httpcore.WriteError):
                 await self._flush(timeout)
-        with _mapped(httpcore.ReadTimeout, httpcore.ReadError):
-            if timeout is None:
-                return await self._reader.read(max_bytes)
-            async with asyncio.timeout(timeout):
-                return await self._reader.read(max_bytes)
+        reader = self._reader
+        try:
+            if timeout is None or reader._buffer or reader.at_eof():  # type: ignore[attr-defined]
+                return await reader.read(max_bytes)  # no wait: no timer
+            return await self._timed_read(max_bytes, timeout)
+        except (OSError, ssl.SSLError) as exc:
+            raise httpcore.ReadError(str(exc) or type(exc).__name__) from exc
+
+    async def _timed_read(self, max_bytes: int, timeout: float) -> bytes:
+        task = asyncio.current_task()
+        assert task is not None
+        self._deadline = deadline = self._loop.time() + timeout
+        timer = self._timer
+        if timer is None or timer.when() > deadline:
+            if timer is not None:
+                timer.cancel()
+            self._timer = self._loop.call_at(deadline, self._expire)
+        self._waiting = task
+        cancelling = task.cancelling()
+        try:
+            return await self._reader.read(max_bytes)
+        except asyncio.CancelledError:
+            if self._expired:
+                self._expired = False
+                if task.uncancel() <= cancelling:
+                    raise httpcore.ReadTimeout("timed out") from None
+            raise
+        finally:
+            self._waiting = None
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self._waiting is None:
+            return  # no read waits: the next one arms the timer again
+        if self._loop.time() < self._deadline:
+            self._timer = self._loop.call_at(self._deadline, self._expire)
+            return
+        self._expired = True
+        self._waiting.cancel()
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
@@ -90,6 +142,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
     async def aclose(self) -> None:
         # As anyio's stream does: close, let the loop flush once, then drop what is left, so
         # a peer that stopped reading cannot hold the pool.
+        self._stop_timer()
         self._writer.close()
         try:
             await asyncio.sleep(0)
@@ -98,10 +151,12 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
 
     def close(self) -> None:
         """Close an idle connection (nothing left to send) without an await."""
+        self._stop_timer()
         self._writer.close()
 
     def abort(self) -> None:
         """Drop the connection now (no await: nothing can interrupt it)."""
+        self._stop_timer()
         self._writer.transport.abort()
 
     async def start_tls(

@@ -300,3 +300,51 @@ async def test_secrets_never_appear_in_exchanges(
     assert canary not in dumped and url_canary not in dumped
     # the real request did carry them
     assert canary in str(fake.requests[0].headers) and url_canary in fake.requests[0].path
+
+
+@pytest.mark.parametrize("coding", ["gzip", "identity", None])
+async def test_a_streamed_answer_in_any_content_coding_is_decoded(coding: str | None) -> None:
+    """Without a content coding the client reads the raw body; with one, httpx decodes it."""
+    import gzip
+    import json
+
+    events = [
+        {"choices": [{"index": 0, "delta": {"content": part}}]} for part in ("Hel", "lo", "!")
+    ]
+    raw = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+    raw += b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n'
+    raw += b"data: [DONE]\n\n"
+    body = gzip.compress(raw) if coding == "gzip" else raw
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        await reader.readexactly(length)
+        coding_line = f"Content-Encoding: {coding}\r\n".encode() if coding else b""
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            + coding_line
+            + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+            + body
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    seen: list[str] = []
+
+    async def on_delta(d: StreamDelta) -> None:
+        seen.append(d.content)
+
+    client = LLMClient()
+    try:
+        r = await client.complete(req(f"http://127.0.0.1:{port}"), on_delta=on_delta)
+    finally:
+        await client.aclose()
+        server.close()
+    assert r.content == "Hello!" and seen == ["Hel", "lo", "!"]

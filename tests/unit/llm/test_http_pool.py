@@ -207,6 +207,63 @@ async def test_a_silent_server_is_a_read_timeout(client: httpx.AsyncClient) -> N
             await client.get(s.url, timeout=httpx.Timeout(5, read=0.2))
 
 
+async def _raw_stream(s: Server) -> http_backend.AsyncioStream:
+    port = int(s.url.rsplit(":", 1)[1].strip("/"))
+    stream = await http_backend.AsyncioBackend().connect_tcp("127.0.0.1", port, timeout=5)
+    assert isinstance(stream, http_backend.AsyncioStream)
+    return stream
+
+
+async def test_each_read_times_out_from_its_own_start_on_the_one_lazy_timer() -> None:
+    """The per-connection timer armed by an early read must neither cut a later read short
+    nor let it wait past its own timeout; buffered bytes need no timer at all."""
+    go = asyncio.Event()
+
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"a")
+        await writer.drain()
+        await go.wait()
+        writer.write(b"bc")
+        await writer.drain()
+        await asyncio.sleep(5)
+
+    async with Server(trickle) as s:
+        stream = await _raw_stream(s)
+        try:
+            assert await stream.read(1, timeout=0.5) == b"a"
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.35, go.set)  # past the first read's deadline, before the second's
+            await asyncio.sleep(0.3)
+            assert await stream.read(1, timeout=0.5) == b"b"
+            assert await stream.read(10, timeout=0.01) == b"c"  # buffered: returned at once
+            t0 = time.monotonic()
+            with pytest.raises(httpcore.ReadTimeout):
+                await stream.read(10, timeout=0.3)
+            assert 0.25 <= time.monotonic() - t0 < 2.0
+        finally:
+            await stream.aclose()
+
+
+async def test_a_cancel_during_a_timed_read_stays_a_cancel() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(5)
+
+    async with Server(silent) as s:
+        stream = await _raw_stream(s)
+        try:
+            task = asyncio.create_task(stream.read(10, timeout=0.2))
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # The timer armed by the cancelled read finds no read waiting and stops; the
+            # next read still times out on its own deadline.
+            with pytest.raises(httpcore.ReadTimeout):
+                await stream.read(10, timeout=0.3)
+        finally:
+            await stream.aclose()
+
+
 async def test_a_connection_cut_mid_body_is_a_transport_error(client: httpx.AsyncClient) -> None:
     async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)
