@@ -4,6 +4,11 @@ same tokens at the same concurrency costs a plain Python client. Prints one JSON
 {"cpu_s", "wall_s", "tokens"} (its own CPU from the first request to the last event).
 
     python -m bench.b12_bare --url http://127.0.0.1:P --n 500 [--event-loop auto]
+                             [--client httpx-sse|agentd]
+
+`--client agentd` reads the same streams with agentd's own LLMClient (its pool, SSE decoder,
+dialect parser and wire capture; each delta handed to a callback), no database: what the
+worker's model client costs, apart from everything else a turn does.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import httpx
 from httpx_sse import aconnect_sse
 
 from agentd import event_loop
+from agentd.llm.client import LLMClient
+from agentd.llm.types import LLMRequest, Message, Provider, StreamDelta
 
 
 async def one(client: httpx.AsyncClient, i: int) -> int:
@@ -40,7 +47,35 @@ async def one(client: httpx.AsyncClient, i: int) -> int:
     return len(parts)
 
 
+async def one_agentd(client: LLMClient, url: str, i: int) -> int:
+    parts: list[str] = []
+
+    async def on_delta(d: StreamDelta) -> None:
+        parts.append(d.content)
+
+    request = LLMRequest(
+        provider=Provider(base_url=url, model="fake"),
+        messages=[Message("system", "bench"), Message("user", f"bare {i}")],
+        stream=True,
+    )
+    await client.complete(request, on_delta=on_delta)
+    return len(parts)
+
+
+async def main_agentd(a: argparse.Namespace) -> None:
+    client = LLMClient()
+    try:
+        t0, c0 = time.perf_counter(), time.process_time()
+        tokens = sum(await asyncio.gather(*(one_agentd(client, a.url, i) for i in range(a.n))))
+        t1, c1 = time.perf_counter(), time.process_time()
+    finally:
+        await client.aclose()
+    print(json.dumps({"cpu_s": c1 - c0, "wall_s": t1 - t0, "tokens": tokens}))
+
+
 async def main(a: argparse.Namespace) -> None:
+    if a.client == "agentd":
+        return await main_agentd(a)
     limits = httpx.Limits(max_connections=a.n + 16, max_keepalive_connections=a.n + 16)
     async with httpx.AsyncClient(base_url=a.url, limits=limits, timeout=120) as client:
         t0, c0 = time.perf_counter(), time.process_time()
@@ -53,6 +88,7 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--url", required=True)
     p.add_argument("--n", type=int, default=500)
+    p.add_argument("--client", default="httpx-sse", choices=["httpx-sse", "agentd"])
     p.add_argument("--event-loop", default="auto", choices=["auto", "asyncio", "uvloop"])
     a = p.parse_args()
     with asyncio.Runner(loop_factory=event_loop.factory(a.event_loop)) as runner:

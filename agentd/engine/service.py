@@ -83,7 +83,10 @@ class Engine:
         )
         worker_id, hostname = uuid.uuid4(), socket.gethostname()
         self.flusher = StreamFlusher(
-            self.pool, self.settings.stream_flush_interval, secrets=self.secrets
+            self.pool,
+            self.settings.stream_flush_interval,
+            publish_interval=self.settings.stream_publish_interval,
+            secrets=self.secrets,
         )
         self.renewer = LeaseRenewer(
             self.settings,

@@ -1,12 +1,15 @@
 """StreamFlusher: saves every streaming turn's partial answer, in one statement per tick.
 
-Guarantee: each tick writes the latest partial of every streaming shell of this process in
-one batched UPDATE (fenced by each turn's execution token) and publishes the deltas of
-observed loops in one statement, so hundreds of concurrent streams cost one round trip per
-`stream_flush_interval` instead of one transaction per chunk — and a stream never waits on
-the pool to read its next chunk. The UPDATE also answers each loop's `observed` flag: a
-turn whose loop becomes observed mid-flight (someone opened its stream) publishes from the
-next tick on, starting with one delta that holds the text so far.
+Guarantee: every `stream_flush_interval` one batched UPDATE writes the latest partial of every
+streaming shell of this process (fenced by each turn's execution token) and publishes the
+deltas of observed loops in the same transaction, so hundreds of concurrent streams cost one
+round trip per tick instead of one transaction per chunk — and a stream never waits on the
+pool to read its next chunk. Streams someone watches are flushed more often, every
+`stream_publish_interval`, in statements of their own: an observer's lag is bounded by that
+shorter interval while the unwatched majority is still saved at the slower rate. The full
+UPDATE also answers each loop's `observed` flag: a turn whose loop becomes observed
+mid-flight (someone opened its stream) publishes from the next full tick on, starting with
+one delta that holds the text so far.
 Ordering: a flush and a stream's close take one lock, so a close waits for the flush in
 flight (which may hold the shell's previous text) to commit before it saves and publishes
 the tail; the turn's message commits after the close returns. Observers therefore get
@@ -64,11 +67,18 @@ class _Shell:
 
 class StreamFlusher:
     def __init__(
-        self, pool: Pool, interval: float, *, secrets: redact.KnownSecrets | None = None
+        self,
+        pool: Pool,
+        interval: float,
+        *,
+        publish_interval: float | None = None,
+        secrets: redact.KnownSecrets | None = None,
     ) -> None:
         self.pool = pool
         self.secrets = secrets  # None: the set installed where the shell is read
         self.interval = interval
+        # Observed streams' cadence: never slower than everyone's.
+        self.publish_interval = min(interval, publish_interval or interval)
         self._shells: dict[int, _Shell] = {}
         # Held by a flush from its snapshot to its commit, and by a close: see Ordering.
         self._lock = asyncio.Lock()
@@ -109,9 +119,14 @@ class StreamFlusher:
     def discard(self, shell_id: int) -> None:
         self._shells.pop(shell_id, None)
 
-    async def flush_once(self) -> int:
+    async def flush_once(self, *, observed_only: bool = False) -> int:
+        """Flush every dirty shell (`observed_only`: only those whose loop is observed)."""
         async with self._lock:
-            dirty = [(sid, s) for sid, s in self._shells.items() if s.dirty]
+            dirty = [
+                (sid, s)
+                for sid, s in self._shells.items()
+                if s.dirty and (s.observed or not observed_only)
+            ]
             if not dirty:
                 return 0
             await self._flush(dirty)
@@ -151,9 +166,16 @@ class StreamFlusher:
             raise
 
     async def run(self, stop: asyncio.Event) -> None:
-        async for _ in ticks(self.interval, stop, jitter=0.0):
+        loop = asyncio.get_running_loop()
+        last_full = -self.interval
+        async for _ in ticks(self.publish_interval, stop, jitter=0.0):
+            now = loop.time()
+            # A tick that is late by a hair still counts as due (float steps of the clock).
+            full = now - last_full >= self.interval - self.publish_interval / 2
+            if full:
+                last_full = now
             try:
-                await self.flush_once()
+                await self.flush_once(observed_only=not full)
             except DatabaseError as exc:
                 log.warning("stream_flusher.failed", error=str(exc))
 

@@ -62,6 +62,12 @@ class RuntimeSettings(ServerSettings):
     stream_flush_interval: float = Field(
         0.25, gt=0, description="How often a streaming partial is saved and published."
     )
+    stream_publish_interval: float = Field(
+        0.1,
+        gt=0,
+        description="How often the partial of a stream someone is watching is saved and "
+        "published (bounds observer lag; never slower than stream_flush_interval).",
+    )
 
     # --- reference tunables
     lease_margin: float = Field(60.0, description="Added to read_timeout to size an LLM lease.")

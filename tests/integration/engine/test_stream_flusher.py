@@ -3,6 +3,8 @@ even when the stream keeps writing while the flush waits on the database."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 from typing import Any
 
@@ -103,3 +105,54 @@ async def test_a_failed_flush_keeps_its_text_for_the_next_one(
     assert await flusher.flush_once() == 1
     content = await pool.fetchval("SELECT content FROM messages WHERE id = $1", shell.id)
     assert content == "kept whole"
+
+
+async def test_watched_streams_are_flushed_between_the_full_ticks(pool: Pool) -> None:
+    """`flush_once(observed_only=True)` saves and publishes the watched shells alone; the
+    unwatched one keeps its text for the next full flush."""
+    async with transaction(pool) as conn:
+        watched = await factories.loop(conn)
+        await factories.set_loop(conn, watched.id, observed=True)
+        unwatched = await factories.loop(conn)
+        w_shell = await factories.shell(conn, watched, content="")
+        u_shell = await factories.shell(conn, unwatched, content="")
+    assert watched.execution_token is not None and unwatched.execution_token is not None
+    flusher = StreamFlusher(pool, interval=60, publish_interval=0.1)
+    flusher.open(w_shell.id, loop_id=watched.id, token=watched.execution_token, observed=True)
+    flusher.open(u_shell.id, loop_id=unwatched.id, token=unwatched.execution_token, observed=False)
+    flusher.submit(w_shell.id, "seen ")
+    flusher.submit(u_shell.id, "later ")
+
+    async def content(shell_id: int) -> str:
+        return str(await pool.fetchval("SELECT content FROM messages WHERE id = $1", shell_id))
+
+    assert await flusher.flush_once(observed_only=True) == 1
+    assert (await content(w_shell.id), await content(u_shell.id)) == ("seen ", "")
+    assert await flusher.flush_once(observed_only=True) == 0  # nothing new on the watched one
+    assert await flusher.flush_once() == 1
+    assert await content(u_shell.id) == "later "
+
+
+async def test_run_flushes_everything_every_interval_and_watched_streams_in_between(
+    pool: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flusher = StreamFlusher(pool, interval=0.3, publish_interval=0.05)
+    calls: list[tuple[float, bool]] = []
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    async def record(*, observed_only: bool = False) -> int:
+        calls.append((loop.time(), observed_only))
+        if len([c for c in calls if not c[1]]) >= 3:
+            stop.set()
+        return 0
+
+    monkeypatch.setattr(flusher, "flush_once", record)
+    await asyncio.wait_for(flusher.run(stop), timeout=10)
+    full = [t for t, only in calls if not only]
+    assert calls[0][1] is False  # the first tick is a full one
+    assert len(full) == 3 and all(b - a >= 0.3 - 0.05 for a, b in itertools.pairwise(full))
+    between = [t for t, only in calls if only and full[0] < t < full[1]]
+    assert len(between) >= 2  # watched streams flushed several times per full interval
+    assert flusher.publish_interval == 0.05
+    assert StreamFlusher(pool, interval=0.3, publish_interval=5).publish_interval == 0.3
