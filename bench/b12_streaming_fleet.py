@@ -4,6 +4,8 @@ per answer) in its own process, `--loops` loops started with `POST /v1/loops`, o
 of them observed over `GET /v1/loops/{id}/stream` from the moment it starts. Beside it,
 in the same run, the bare client (bench.b12_bare: httpx + httpx-sse, no database) reads as
 many streams at once from the same model. Rounds alternate agentd and bare.
+The bare client's own lag (the model's write → its read, for as many streams as agentd's
+run observes) says what the box allows before any database, API or observer is involved.
 
 Reported per round: a loop's POST → its first model request (p50/p99/max), the most
 streams the model had open at once, observer lag per token (the model's write → the
@@ -190,18 +192,29 @@ async def bare_round(
     a: argparse.Namespace, n: int, llm_url: str, model: httpx.AsyncClient
 ) -> dict[str, Any]:
     await stats(model)
-    argv = [PY, "-m", "bench.b12_bare", "--url", llm_url, "--n", str(n)]
+    every = max(1, round(1 / a.observe)) if a.observe > 0 else 0
+    argv = [PY, "-m", "bench.b12_bare", "--url", llm_url, "--n", str(n), "--lag-every", str(every)]
     done = await asyncio.to_thread(
         subprocess.run, argv, capture_output=True, text=True, cwd=ROOT, check=True
     )
     res = json.loads(done.stdout.strip().splitlines()[-1])
     rec = await stats(model)
+    # The bare client's own lag (the model's write -> the client's read of the token), for
+    # as many streams as agentd's run observes: what the box allows before any database.
+    emits = {r["tag"]: r["emits"] for r in rec["requests"]}
+    lags = [
+        at - emits[tag][k]
+        for tag, arrivals in res.get("arrivals", {}).items()
+        if tag in emits
+        for k, at in enumerate(arrivals[: len(emits[tag])])
+    ]
     return {
         "who": "bare",
         "loops": n,
         "tokens": res["tokens"],
         "wall_s": res["wall_s"],
         "max_streams": rec["max_inflight"],
+        "lag_s": {"p50": pct(lags, 50), "p99": pct(lags, 99), "max": max(lags, default=0)},
         "cpu_s_per_1k_tokens": {"bare": 1000 * res["cpu_s"] / res["tokens"]},
     }
 
@@ -300,6 +313,8 @@ def summarize(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "worker_over_bare": span(ratios),
                 "worker_over_bare_median": statistics.median(ratios) if ratios else None,
                 "tokens_per_s": span([r["tokens"] / r["wall_s"] for r in ag]),
+                "bare_lag_p99_s": span([r["lag_s"]["p99"] for r in ba.values()]),
+                "bare_tokens_per_s": span([r["tokens"] / r["wall_s"] for r in ba.values()]),
             }
         )
     return out
@@ -334,6 +349,7 @@ def main() -> None:
             s["max_streams"],
             s["observer_lag_p50_s"],
             s["observer_lag_p99_s"],
+            s["bare_lag_p99_s"],
             s["missed"],
             s["truncated"],
             s["worker_cpu_s_per_1k"],
@@ -353,6 +369,7 @@ def main() -> None:
             "max streams",
             "lag p50 s",
             "lag p99 s",
+            "bare lag p99 s",
             "missed",
             "truncated",
             "worker cpu s/1k tok",
