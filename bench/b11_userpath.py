@@ -12,6 +12,12 @@ so run it on an otherwise idle box). `--profile` adds a py-spy top-20 of agentd'
 
     python -m bench.b11_userpath [--loops 8000 --seconds 15 --warmup 5 --concurrency 16]
                                  [--agentd-only] [--profile] [--mcp fake|fake-stateless|sdk] [--agentd-src DIR]
+                                 [--bare tuned|stock|stock-shared]
+
+The bare loop is agentd's own LLM and MCP clients with no database (`tuned`, the default:
+the ceiling on this box), or with `--bare stock` the loop a user would write without agentd:
+httpx's default client and the official MCP SDK's `Client`, one session per loop (or, with
+`stock-shared`, one for the process).
 
 Each contender gets the same fresh seed of `--loops` loops, so none drains inside its
 window (a drained run is flagged).
@@ -512,7 +518,9 @@ def bare_counter(pid: int) -> tuple[Path, Callable[[], Awaitable[int]]]:
 
 def bare_env(a: argparse.Namespace) -> dict[str, str]:
     src = getattr(a, "agentd_src", None)
-    return {"PYTHONPATH": f"{src}{os.pathsep}{ROOT}"} if src else {}
+    env = {"PYTHONPATH": f"{src}{os.pathsep}{ROOT}"} if src else {}
+    env["BENCH_BARE_KIND"] = getattr(a, "bare", "tuned")
+    return env
 
 
 async def run_bare(a: argparse.Namespace, llm_url: str, mcp_url: str) -> dict[str, Any]:
@@ -549,7 +557,12 @@ async def bare_child(llm_url: str, mcp_url: str, c: int) -> None:
 
         global _BALLAST
         _BALLAST = [{"k": i, "v": [str(i)] * 3} for i in range(300_000)]
-    loop = workload.BareLoop(llm_url, mcp_url)
+    loop: workload.BareLoop | workload.StockLoop
+    kind = os.environ.get("BENCH_BARE_KIND", "tuned")
+    if kind.startswith("stock"):
+        loop = workload.StockLoop(llm_url, mcp_url, shared=kind == "stock-shared")
+    else:
+        loop = workload.BareLoop(llm_url, mcp_url)
     counter, _ = bare_counter(os.getpid())
     print("LISTENING 0", flush=True)
 
@@ -631,7 +644,7 @@ async def main_async(a: argparse.Namespace) -> None:
         b = out["bare"]
         rows.append(
             [
-                "bare loop (no database)",
+                f"bare loop ({a.bare}, no database)",
                 b["turns_per_s"],
                 b["cpu_ms_per_job"]["bare"],
                 "-",
@@ -736,6 +749,15 @@ def main() -> None:
         help="the agent's MCP `session` key: one session per worker process shared by every"
         " loop, as DBOS and the bare loop do (the default here); one per loop; `auto`; or"
         " `default`, the key left out (agentd's default; the only choice for old trees)",
+    )
+    p.add_argument(
+        "--bare",
+        default="tuned",
+        choices=["tuned", "stock", "stock-shared"],
+        help="the bare loop: agentd's own LLM and MCP clients with no database (tuned, the"
+        " ceiling on this box), or the loop written with stock libraries: httpx's default"
+        " client and the official MCP SDK's Client, one session per loop (stock) or one"
+        " session for the process (stock-shared)",
     )
     p.add_argument("--bare-child", nargs=2, metavar=("LLM", "MCP"))
     p.add_argument(

@@ -5,8 +5,13 @@ used by the bare loop (no DB, no engine) and by the DBOS workflow."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import uuid
 from typing import Any
+
+import httpx
+import mcp
 
 from agentd.llm.client import LLMClient
 from agentd.llm.http_pool import pooled_client
@@ -105,6 +110,84 @@ class BareLoop:
             steps += len(results)
             for c, r in zip(resp.tool_calls, results, strict=True):
                 msgs.append(Message(role="tool", content=r, tool_call_id=c.id))
+
+
+class StockLoop:
+    """The same loop written with stock libraries, as a user without agentd would: httpx's
+    default client for the model (Chat Completions JSON) and the official `mcp` SDK's
+    `Client` for the tools: one MCP session per loop, or with `shared` one session the
+    process opens once and every loop uses (and `tools/list` asked once)."""
+
+    def __init__(self, llm_url: str, mcp_url: str, *, shared: bool = False) -> None:
+        self.steps = 0
+        self.llm_url = llm_url.rstrip("/") + "/v1/chat/completions"
+        self.mcp_url = mcp_url
+        limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+        self.http = httpx.AsyncClient(timeout=60, limits=limits)
+        self.shared = shared
+        self._stack = contextlib.AsyncExitStack()
+        self._session: Any = None
+        self._tools: Any = None
+        self._opening = asyncio.Lock()
+
+    async def aclose(self) -> None:
+        await self._stack.aclose()
+        await self.http.aclose()
+
+    async def run_one(self) -> int:
+        if not self.shared:
+            async with mcp.Client(self.mcp_url) as session:
+                return await self._loop(session, (await session.list_tools()).tools)
+        async with self._opening:
+            if self._session is None:
+                self._session = await self._stack.enter_async_context(mcp.Client(self.mcp_url))
+                self._tools = (await self._session.list_tools()).tools
+        return await self._loop(self._session, self._tools)
+
+    async def _loop(self, session: Any, tools: Any) -> int:
+        specs = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description or "",
+                    "parameters": t.input_schema,
+                },
+            }
+            for t in tools
+        ]
+        msgs: list[dict[str, Any]] = [
+            {"role": "system", "content": "bench"},
+            {"role": "user", "content": "go"},
+        ]
+        steps = 0
+        while True:
+            r = await self.http.post(
+                self.llm_url, json={"model": "fake-model", "messages": msgs, "tools": specs}
+            )
+            r.raise_for_status()
+            message = r.json()["choices"][0]["message"]
+            self.steps += 1
+            steps += 1
+            calls = message.get("tool_calls") or []
+            if not calls:
+                return steps
+            msgs.append(
+                {"role": "assistant", "content": message.get("content"), "tool_calls": calls}
+            )
+            results = await asyncio.gather(
+                *(
+                    session.call_tool(
+                        c["function"]["name"], json.loads(c["function"]["arguments"] or "{}")
+                    )
+                    for c in calls
+                )
+            )
+            self.steps += len(results)
+            steps += len(results)
+            for c, res in zip(calls, results, strict=True):
+                text = "".join(getattr(b, "text", "") for b in res.content)
+                msgs.append({"role": "tool", "tool_call_id": c["id"], "content": text})
 
 
 async def bare_throughput(
