@@ -6,6 +6,9 @@ in the same run, the bare client (bench.b12_bare: httpx + httpx-sse, no database
 many streams at once from the same model. Rounds alternate agentd and bare.
 The bare client's own lag (the model's write → its read, for as many streams as agentd's
 run observes) says what the box allows before any database, API or observer is involved.
+Where agentd ran fewer streams at once than it had loops, one more bare round reads that
+many streams: a saturated client reads bigger chunks and spends less per token, so the
+worker is also compared with the bare client at the concurrency it actually ran.
 
 Reported per round: a loop's POST → its first model request (p50/p99/max), the most
 streams the model had open at once, observer lag per token (the model's write → the
@@ -264,9 +267,11 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                 pids = {"worker": worker.pid, "api": api.pid}
                 for n in a.loops:
                     for rnd in range(a.rounds):
+                        streams = n
                         for who in ("agentd", "bare") if rnd % 2 == 0 else ("bare", "agentd"):
                             if who == "agentd":
                                 r = await agentd_round(a, n, api_url, token, db, model, pids, rnd)
+                                streams = r["max_streams"]
                             else:
                                 r = await bare_round(a, n, llm_url, model)
                             r["round"] = rnd
@@ -275,6 +280,14 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                                 json.dumps({k: v for k, v in r.items() if k != "pyspy_top20"}),
                                 flush=True,
                             )
+                        if streams < n:
+                            # The bare client at the concurrency agentd reached: its cost per
+                            # token falls as it saturates its core (bigger reads), so "the
+                            # same loops" and "the same streams at once" differ.
+                            r = await bare_round(a, streams, llm_url, model)
+                            r.update(who="bare_same_streams", loops=n, streams=streams, round=rnd)
+                            rounds.append(r)
+                            print(json.dumps(r), flush=True)
             finally:
                 await db.close()
                 worker.terminate()
@@ -296,6 +309,16 @@ def summarize(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for r in ag
             if r["round"] in ba
         ]
+        # Where agentd ran every stream at once, the same-streams bare round is the bare one.
+        same = {**ba}
+        same.update(
+            {r["round"]: r for r in rounds if r["loops"] == n and r["who"] == "bare_same_streams"}
+        )
+        ratios_same = [
+            r["cpu_s_per_1k_tokens"]["worker"] / same[r["round"]]["cpu_s_per_1k_tokens"]["bare"]
+            for r in ag
+            if r["round"] in same
+        ]
         span = lambda xs: [min(xs), max(xs)] if xs else None  # noqa: E731
         out.append(
             {
@@ -312,6 +335,7 @@ def summarize(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "bare_cpu_s_per_1k": span([r["cpu_s_per_1k_tokens"]["bare"] for r in ba.values()]),
                 "worker_over_bare": span(ratios),
                 "worker_over_bare_median": statistics.median(ratios) if ratios else None,
+                "worker_over_bare_same_streams": span(ratios_same),
                 "tokens_per_s": span([r["tokens"] / r["wall_s"] for r in ag]),
                 "bare_lag_p99_s": span([r["lag_s"]["p99"] for r in ba.values()]),
                 "bare_tokens_per_s": span([r["tokens"] / r["wall_s"] for r in ba.values()]),
@@ -355,6 +379,7 @@ def main() -> None:
             s["worker_cpu_s_per_1k"],
             s["bare_cpu_s_per_1k"],
             s["worker_over_bare"],
+            s["worker_over_bare_same_streams"],
         ]
         for s in res["summary"]
     ]
@@ -375,6 +400,7 @@ def main() -> None:
             "worker cpu s/1k tok",
             "bare cpu s/1k tok",
             "worker÷bare",
+            "÷ bare at agentd's streams",
         ],
         rows,
     )
