@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 
 from agentd import logs, redact
 from agentd.agent import resolve
-from agentd.db.pool import transaction
+from agentd.db.pool import connection, transaction
 from agentd.engine import children, loop_limits
 from agentd.engine.context import TurnContext
 from agentd.errors import (
@@ -165,7 +165,10 @@ class NetworkCalling:
         self, ctx: TurnContext
     ) -> Callable[[StreamDelta | None], Awaitable[None]]:
         runtime = ctx.runtime
-        async with transaction(runtime.pool) as conn:
+        # One fenced statement: outside a transaction it is a cached prepared statement, one
+        # round trip, where BEGIN, a fresh prepare (and type introspection) and COMMIT cost
+        # a streaming turn's start more than the insert.
+        async with connection(runtime.pool) as conn:
             shell = await messages.insert_shell(
                 conn,
                 loop_id=ctx.loop.id,
