@@ -46,17 +46,22 @@ class StorableConnection(asyncpg.Connection):
 
 
 class CachingConnection(StorableConnection):
-    """Caches prepared statements only for statements run outside a transaction.
+    """Caches prepared statements, but not a `*` statement run inside a transaction.
 
-    A migration that adds a column outdates a cached `SELECT *` statement. Outside a
-    transaction asyncpg re-prepares and retries it by itself; inside one it can only raise,
-    failing the transaction. The worker's hot statements (claims, the turn's finalize, the
-    tool call's end) run outside transactions, so they keep the cache's saving; statements
-    inside a transaction are prepared unnamed each time, as with no cache at all.
+    A migration that adds a column outdates a cached statement whose result has a column
+    per table column (`SELECT *`, `RETURNING *`): PostgreSQL refuses it ("cached plan must
+    not change result type"). Outside a transaction asyncpg re-prepares and retries it by
+    itself; inside one it can only raise, failing the transaction. So inside a transaction
+    a statement with a `*` anywhere in its text (a `count(*)` too: cheap caution) is
+    prepared unnamed each time, as with no cache at all. A statement that names its result
+    columns keeps its result type across an added column (PostgreSQL re-plans it quietly)
+    and is cached everywhere: a loop's start over REST runs half a dozen such statements in
+    one transaction, and preparing each anew was a fifth of the API's CPU in a burst of
+    starts (bench B12). No statement here returns a table's row type as one column.
     """
 
     async def _get_statement(self, query: str, timeout: float | None, **kw: object) -> Any:  # noqa: ASYNC109 (asyncpg signature)
-        if kw.get("use_cache", True) and self.is_in_transaction():
+        if kw.get("use_cache", True) and "*" in query and self.is_in_transaction():
             kw["use_cache"] = False
         return await super()._get_statement(query, timeout, **kw)
 
@@ -89,8 +94,8 @@ async def create_pool(
     Pass 0 behind a transaction-mode pooler (PgBouncer < 1.21 hands each transaction a
     different server connection, where a named statement is missing or already exists);
     `Settings.statement_cache_size()` does. After a migration adds a column, a cached
-    `SELECT *` statement no longer matches; only statements outside a transaction are
-    cached (CachingConnection), and asyncpg re-prepares and retries those by itself.
+    `SELECT *` statement no longer matches; such a statement is cached only outside a
+    transaction (CachingConnection), where asyncpg re-prepares and retries it by itself.
     Should one still fail (`schema_changed()`), the turn or tool call that hit it is handed
     back and re-run, and the API answers 503 with Retry-After.
     """

@@ -41,9 +41,9 @@ class ServerSettings(BaseSettings):
         description="Prepared statements cached per pooled connection. Unset: 100 with a "
         "direct database_url, 0 when database_direct_url is set (database_url is then a "
         "transaction-mode pooler, where PgBouncer < 1.21 cannot keep named statements). "
-        "The cache saves a round trip and a re-plan per query; only statements outside a "
-        "transaction (the worker's claims and finalizes) are cached, which asyncpg "
-        "re-prepares by itself after a migration changes a table.",
+        "The cache saves a round trip and a re-plan per query; a statement reading `*` is "
+        "cached only outside a transaction, where asyncpg re-prepares it by itself after a "
+        "migration adds a column.",
     )
 
     # --- API
