@@ -271,7 +271,6 @@ class LLMClient:
                         # Pushed back at most every `slack` seconds: a stream may then go
                         # idle_timeout - slack without an event before it is cut.
                         slack, moved = min(1.0, call.idle_timeout / 10), loop.time()
-                        on_delta = call.on_delta
                         try:
                             async with idle:
                                 async for chunk in _body(r):
@@ -283,11 +282,7 @@ class LLMClient:
                                             continue
                                         if ttft is None:
                                             ttft = time.monotonic() - started
-                                        if on_delta is not None:
-                                            # From here on a re-send would duplicate content.
-                                            call.handed_over = True
-                                            for delta in deltas:
-                                                await on_delta(delta)
+                                        await self._hand_over(call, deltas)
                                     if events:  # progress: a whole event, not a byte
                                         now = loop.time()
                                         if now - moved > slack:  # not per event: cheap
