@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
-from agentd.db.pool import Pool
+from agentd.db.pool import Pool, connection
 from agentd.engine.service import Engine
 from agentd.pipeline.stacks import Stacks
 from agentd.registry import AgentRegistry
 from agentd.settings import Settings
+from agentd.store import loops
+from agentd.store.models import Loop
 
 T = TypeVar("T")
 
@@ -83,3 +86,11 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {within}s (last: {last!r})")
         await asyncio.sleep(interval)
+
+
+async def loop_row(pool: Pool, loop_id: uuid.UUID) -> Loop:
+    """The loop's row as it is now (it must exist)."""
+    async with connection(pool) as conn:
+        row = await loops.get(conn, loop_id=loop_id)
+    assert row is not None
+    return row

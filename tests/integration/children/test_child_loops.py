@@ -13,14 +13,8 @@ from agentd.registry import AgentRegistry
 from agentd.store import events, jobs, loops, messages, tool_calls
 from agentd.store.models import Loop
 from agentd.testing.engine import eventually, running_engine
+from agentd.testing.engine import loop_row as _loop
 from agentd.testing.fake_llm import FakeLLM, Reply, Rule, ToolCall
-
-
-async def _loop(pool: Pool, loop_id: uuid.UUID) -> Loop:
-    async with connection(pool) as conn:
-        row = await loops.get(conn, loop_id=loop_id)
-    assert row is not None
-    return row
 
 
 async def _is(pool: Pool, loop_id: uuid.UUID, status: str) -> bool:

@@ -17,7 +17,7 @@ from agentd.registry import AgentRegistry
 from agentd.store import agent_versions, events, jobs, loops, tool_calls
 from agentd.store.models import Loop
 from agentd.testing.agents import CalcAgent, calc
-from agentd.testing.engine import eventually, fast_settings, running_engine
+from agentd.testing.engine import eventually, fast_settings, loop_row, running_engine
 from agentd.testing.fake_llm import FakeLLM, Reply, Rule
 from agentd.testing.fake_llm import ToolCall as FakeCall
 
@@ -38,13 +38,6 @@ def reg(cls: type[CalcAgent]) -> AgentRegistry:
     r = AgentRegistry()
     r.register("calc", cls)
     return r
-
-
-async def loop_row(pool: Pool, loop_id: uuid.UUID) -> Loop:
-    async with connection(pool) as conn:
-        row = await loops.get(conn, loop_id=loop_id)
-    assert row is not None
-    return row
 
 
 async def event_names(pool: Pool, loop_id: uuid.UUID) -> list[str]:

@@ -12,9 +12,9 @@ from agentd.engine.lifecycle import Lifecycle
 from agentd.errors import AlreadyDecided
 from agentd.registry import AgentRegistry
 from agentd.store import jobs, loops, messages, tool_calls
-from agentd.store.models import Loop, ToolCall
+from agentd.store.models import ToolCall
 from agentd.testing.agents import CALLS, CalcAgent
-from agentd.testing.engine import eventually, fast_settings, running_engine
+from agentd.testing.engine import eventually, fast_settings, loop_row, running_engine
 from agentd.testing.fake_llm import FakeLLM, Reply, Rule
 from agentd.testing.fake_llm import ToolCall as FakeCall
 
@@ -31,13 +31,6 @@ def script_refund(fake: FakeLLM) -> None:
         )
     )
     fake.add(Rule(match=lambda last: last.role == "tool", reply=Reply(content="all done")))
-
-
-async def loop_row(pool: Pool, loop_id: uuid.UUID) -> Loop:
-    async with connection(pool) as conn:
-        row = await loops.get(conn, loop_id=loop_id)
-    assert row is not None
-    return row
 
 
 async def parked_call(pool: Pool, loop_id: uuid.UUID) -> ToolCall | None:

@@ -12,7 +12,7 @@ from agentd.store import loops, messages
 from agentd.store.models import Loop
 from agentd.testing import factories
 from agentd.testing.agents import CALLS, CalcAgent
-from agentd.testing.engine import eventually, running_engine
+from agentd.testing.engine import eventually, loop_row, running_engine
 from agentd.testing.fake_llm import FakeLLM, Reply, Rule, ToolCall
 
 
@@ -22,13 +22,6 @@ class OneStepAgent(CalcAgent):
 
 class ShortTurnAgent(CalcAgent):
     max_duration = 0.3
-
-
-async def loop_row(pool: Pool, loop_id: uuid.UUID) -> Loop:
-    async with connection(pool) as conn:
-        row = await loops.get(conn, loop_id=loop_id)
-    assert row is not None
-    return row
 
 
 async def paused(pool: Pool, loop_id: uuid.UUID) -> Loop | None:

@@ -21,6 +21,7 @@ from agentd.store.models import Loop, ToolCall
 from agentd.testing import factories
 from agentd.testing.agents import CALLS, CalcAgent, calc
 from agentd.testing.engine import eventually, fast_settings, running_engine
+from agentd.testing.engine import loop_row as _loop
 from agentd.testing.fake_llm import FakeLLM, Reply, Rule
 from agentd.testing.fake_llm import ToolCall as Call
 
@@ -75,13 +76,6 @@ async def engine(pool: Pool, database_url: str, registry: AgentRegistry) -> Asyn
             OPEN[gate].set()
 
 
-async def _loop(pool: Pool, loop_id: uuid.UUID) -> Loop:
-    async with connection(pool) as conn:
-        row = await loops.get(conn, loop_id=loop_id)
-    assert row is not None
-    return row
-
-
 async def _calls(pool: Pool, loop_id: uuid.UUID) -> list[ToolCall]:
     async with connection(pool) as conn:
         return await tool_calls.list_for_loop(conn, loop_id=loop_id)
@@ -109,6 +103,10 @@ async def _assert_answered_once(pool: Pool, loop_id: uuid.UUID) -> None:
     assert await _no_jobs(pool, loop_id)
 
 
+async def _start(engine: Engine, fake_llm: FakeLLM, agent: str) -> Loop:
+    return await engine.lifecycle.start(agent=agent, message="go", state={"llm": fake_llm.base_url})
+
+
 async def _leases(pool: Pool, loop_id: uuid.UUID) -> dict[int, uuid.UUID | None]:
     return {c.id: c.lease_token for c in await _calls(pool, loop_id)}
 
@@ -117,9 +115,7 @@ async def test_unfreezing_leaves_a_running_tool_call_running(
     pool: Pool, engine: Engine, fake_llm: FakeLLM
 ) -> None:
     script(fake_llm, Call("hold", {"gate": "a"}))
-    loop = await engine.lifecycle.start(
-        agent="gate", message="go", state={"llm": fake_llm.base_url}
-    )
+    loop = await _start(engine, fake_llm, "gate")
     await eventually(lambda: _running("a"))
     before, leases = await _loop(pool, loop.id), await _leases(pool, loop.id)
     await engine.lifecycle.freeze(loop.id)
@@ -141,9 +137,7 @@ async def test_unfreezing_reruns_neither_a_call_finished_while_frozen_nor_a_runn
     pool: Pool, engine: Engine, fake_llm: FakeLLM
 ) -> None:
     script(fake_llm, Call("hold", {"gate": "a"}), Call("hold", {"gate": "b"}))
-    loop = await engine.lifecycle.start(
-        agent="gate", message="go", state={"llm": fake_llm.base_url}
-    )
+    loop = await _start(engine, fake_llm, "gate")
     await eventually(lambda: _running("a", "b"))
     before = await _loop(pool, loop.id)
     first, second = await _calls(pool, loop.id)
@@ -173,9 +167,7 @@ async def test_unfreezing_dispatches_a_dropped_call_beside_a_running_one(
     CALLS.clear()
     script(fake_llm, Call("hold", {"gate": "a"}), Call("add", {"a": 1, "b": 2}))
     engine.worker.limits["tool"] = 1  # `add` waits in the queue behind the held call
-    loop = await engine.lifecycle.start(
-        agent="gate", message="go", state={"llm": fake_llm.base_url}
-    )
+    loop = await _start(engine, fake_llm, "gate")
     await eventually(lambda: _running("a"))
 
     async def add_queued() -> bool:
@@ -211,9 +203,7 @@ async def test_unfreezing_a_sequential_loop_waits_for_its_running_call(
     pool: Pool, engine: Engine, fake_llm: FakeLLM
 ) -> None:
     script(fake_llm, Call("hold", {"gate": "a"}), Call("hold", {"gate": "b"}))
-    loop = await engine.lifecycle.start(
-        agent="gate_seq", message="go", state={"llm": fake_llm.base_url}
-    )
+    loop = await _start(engine, fake_llm, "gate_seq")
     await eventually(lambda: _running("a"))
     before, leases = await _loop(pool, loop.id), await _leases(pool, loop.id)
     await engine.lifecycle.freeze(loop.id)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import uuid
 
 from agentd.db.pool import Pool, connection
-from agentd.store import loops, messages, tool_calls
+from agentd.store import messages, tool_calls
 from agentd.store.models import Loop, Message, ToolCall
 from agentd.testing.agents import CalcAgent
+from agentd.testing.engine import loop_row
 
 TOKEN = "operator-token-for-long-loop-tests"
 
@@ -22,13 +23,6 @@ class CompactingAgent(CalcAgent):
 
 class BudgetAgent(CalcAgent):
     max_tokens_total = 100
-
-
-async def loop_row(pool: Pool, loop_id: uuid.UUID) -> Loop:
-    async with connection(pool) as conn:
-        row = await loops.get(conn, loop_id=loop_id)
-    assert row is not None
-    return row
 
 
 def in_status(pool: Pool, loop_id: uuid.UUID, status: str):  # type: ignore[no-untyped-def]

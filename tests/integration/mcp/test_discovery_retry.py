@@ -22,10 +22,10 @@ from agentd.mcp.config import McpServerConfig
 from agentd.mcp.toolbox import open_toolbox
 from agentd.pipeline.llm.tool_discovery import MCP_UNAVAILABLE, retryable
 from agentd.registry import AgentRegistry
-from agentd.store import events, loops, mcp, messages
+from agentd.store import events, mcp, messages
 from agentd.store.models import Event, Loop
 from agentd.testing import agents
-from agentd.testing.engine import eventually, fast_settings, running_engine
+from agentd.testing.engine import eventually, fast_settings, loop_row, running_engine
 from agentd.testing.fake_llm import FakeLLM, Reply, Rule
 from agentd.testing.fake_mcp import FakeMcpServer
 
@@ -83,13 +83,6 @@ async def answering_404() -> AsyncIterator[tuple[str, list[str]]]:
     finally:
         server.close()
         await server.wait_closed()
-
-
-async def loop_row(pool: Pool, loop_id: Any) -> Loop:
-    async with connection(pool) as conn:
-        row = await loops.get(conn, loop_id=loop_id)
-    assert row is not None
-    return row
 
 
 async def loop_events(pool: Pool, loop_id: Any) -> list[Event]:

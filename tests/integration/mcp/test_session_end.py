@@ -16,6 +16,7 @@ from agentd.registry import AgentRegistry
 from agentd.store import loops, mcp, messages, tool_calls
 from agentd.testing import agents
 from agentd.testing.engine import eventually, fast_settings, running_engine
+from agentd.testing.engine import loop_row as _loop
 from agentd.testing.fake_llm import FakeLLM, Reply, Rule, ToolCall
 from agentd.testing.fake_mcp import FakeMcpServer
 
@@ -109,13 +110,6 @@ async def test_a_completed_loop_s_session_is_deleted_once_and_a_continue_reopens
             msgs = await messages.list_(conn, loop_id=loop.id)
         assert [(c.is_success, c.result) for c in calls] == [(True, "hi"), (True, "hi")]
         assert [m.content for m in msgs if m.role == "tool"] == ["hi", "hi"]
-
-
-async def _loop(pool: Pool, loop_id: Any) -> Any:
-    async with connection(pool) as conn:
-        row = await loops.get(conn, loop_id=loop_id)
-    assert row is not None
-    return row
 
 
 async def test_a_failing_delete_is_logged_never_retried_and_fails_nothing(
