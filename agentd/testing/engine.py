@@ -94,3 +94,16 @@ async def loop_row(pool: Pool, loop_id: uuid.UUID) -> Loop:
         row = await loops.get(conn, loop_id=loop_id)
     assert row is not None
     return row
+
+
+async def hold_claims(engine: Engine, queue: str) -> None:
+    """Keep `engine`'s worker from claiming `queue` jobs until the test sets the queue's
+    limit again and wakes it. A claim already in flight would not see a lowered limit, so
+    first wait until the claim loop found the queue empty and is parked."""
+    worker = engine.worker
+
+    async def parked() -> bool:
+        return worker.drained[queue]
+
+    await eventually(parked)
+    worker.limits[queue] = 0

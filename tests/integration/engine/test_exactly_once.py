@@ -17,7 +17,7 @@ from agentd.registry import AgentRegistry
 from agentd.store import jobs, loops, messages, tool_calls
 from agentd.testing import factories
 from agentd.testing.agents import CALLS, CalcAgent
-from agentd.testing.engine import eventually, fast_settings, running_engine
+from agentd.testing.engine import eventually, fast_settings, hold_claims, running_engine
 from agentd.testing.fake_llm import FakeLLM, Reply, Rule, ToolCall
 
 
@@ -206,8 +206,9 @@ async def test_frozen_loop_is_not_advanced_until_unfrozen(
     script(fake_llm)
     settings = fast_settings()
     async with running_engine(pool, database_url, registry, settings=settings) as engine:
-        # Freeze before any worker can claim: the job is enqueued in the same instant.
-        engine.worker.limits["llm"] = 0
+        # Freeze before any worker can claim: the job is enqueued in the same instant. A claim
+        # already in flight would not see the limit, so wait until the claim loop is parked.
+        await hold_claims(engine, "llm")
         loop = await engine.lifecycle.start(
             agent="calc", message="go", state={"llm": fake_llm.base_url}
         )
@@ -234,7 +235,7 @@ async def test_frozen_tool_phase_is_not_run_until_unfrozen(
 ) -> None:
     script(fake_llm)
     async with running_engine(pool, database_url, registry) as engine:
-        engine.worker.limits["tool"] = 0  # hold the tool jobs until the loop is frozen
+        await hold_claims(engine, "tool")  # hold the tool jobs until the loop is frozen
         loop = await engine.lifecycle.start(
             agent="calc", message="go", state={"llm": fake_llm.base_url}
         )
