@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import time
+from typing import Any
 
 import httpx
 from httpx_sse import aconnect_sse
@@ -87,9 +88,10 @@ async def main(a: argparse.Namespace) -> None:
     limits = httpx.Limits(max_connections=a.n + 16, max_keepalive_connections=a.n + 16)
     async with httpx.AsyncClient(base_url=a.url, limits=limits, timeout=120) as client:
         t0, c0 = time.perf_counter(), time.process_time()
-        tokens = sum(await asyncio.gather(*(one(client, i, a.lag_every) for i in range(a.n))))
+        streams = range(a.first, a.first + a.n)
+        tokens = sum(await asyncio.gather(*(one(client, i, a.lag_every) for i in streams)))
         t1, c1 = time.perf_counter(), time.process_time()
-    out = {"cpu_s": c1 - c0, "wall_s": t1 - t0, "tokens": tokens}
+    out: dict[str, Any] = {"cpu_s": c1 - c0, "wall_s": t1 - t0, "tokens": tokens}
     if a.lag_every:
         out["arrivals"] = ARRIVALS
     print(json.dumps(out))
@@ -99,6 +101,7 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--url", required=True)
     p.add_argument("--n", type=int, default=500)
+    p.add_argument("--first", type=int, default=0, help="index of the first stream (its tag)")
     p.add_argument("--client", default="httpx-sse", choices=["httpx-sse", "agentd"])
     p.add_argument(
         "--lag-every", type=int, default=0, help="record token arrivals of every k-th stream"

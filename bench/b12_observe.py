@@ -91,6 +91,7 @@ def score(seen: Seen, emits: list[float]) -> dict[str, Any]:
     missed = sum(1 for k, stop in enumerate(stops) if k not in arrived and stop <= len(answer))
     return {
         "lags": [arrived[k] - emits[k] for k in sorted(arrived)],
+        "emitted": [emits[k] for k in sorted(arrived)],
         "tokens_seen": len(arrived),
         "missed": missed,
         "truncated": truncated,

@@ -35,6 +35,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import psutil
 
 from bench import b12_observe
 from bench.b11_userpath import AGENTD, agentd_env, cpu, free_port, pyspy_top, spawn, wait_http
@@ -69,12 +70,13 @@ async def agentd_round(
     token: str,
     db: asyncpg.Connection,
     model: httpx.AsyncClient,
-    pids: dict[str, int],
+    pids: dict[str, list[int]],
     rnd: int,
 ) -> dict[str, Any]:
     await stats(model)  # clears the model's record
     observe_every = max(1, round(1 / a.observe)) if a.observe > 0 else 0
     posted: dict[str, float] = {}
+    answered: dict[str, float] = {}
     observers: list[asyncio.Task[b12_observe.Seen]] = []
     sem = asyncio.Semaphore(a.post_concurrency)
     headers = {"Authorization": f"Bearer {token}"}
@@ -112,6 +114,7 @@ async def agentd_round(
             async with sem:
                 posted[tag] = time.monotonic()
                 r = await post("/v1/loops", body, tag)
+                answered[tag] = time.monotonic()
             loop_id = str(r.json()["id"])
             watched(loop_id, body, tag)
             return loop_id
@@ -123,18 +126,24 @@ async def agentd_round(
                 posted.update({tag: now for tag, _ in items})
                 body = {"loops": [{**b, "idempotency_key": tag} for tag, b in items]}
                 r = await post("/v1/loops:batch", body, None)
+                done = time.monotonic()
+                answered.update({tag: done for tag, _ in items})
             ids = [str(x["id"]) for x in r.json()["loops"]]
             for loop_id, (tag, b) in zip(ids, items, strict=True):
                 watched(loop_id, b, tag)
             return ids
 
-        c0 = {k: cpu(p) for k, p in pids.items()}
+        c0 = {k: sum(map(cpu, ps)) for k, ps in pids.items()}
+        box0 = psutil.cpu_times()
         t0 = time.perf_counter()
         prof = None
         if a.profile:
             prof = asyncio.create_task(
                 asyncio.to_thread(
-                    pyspy_top, pids["worker"], a.profile_seconds, RESULTS / f"b12-pyspy-{n}-{rnd}"
+                    pyspy_top,
+                    pids["worker"][0],
+                    a.profile_seconds,
+                    RESULTS / f"b12-pyspy-{n}-{rnd}",
                 )
             )
         if a.batch:
@@ -154,7 +163,8 @@ async def agentd_round(
                 break
             await asyncio.sleep(0.2)
         wall = time.perf_counter() - t0
-        c1 = {k: cpu(p) for k, p in pids.items()}
+        c1 = {k: sum(map(cpu, ps)) for k, ps in pids.items()}
+        box = busy_share(box0, psutil.cpu_times())
         seen = await asyncio.gather(*observers)
     failed = await db.fetchval(
         "SELECT count(*) FROM loops WHERE id = ANY($1::uuid[]) AND status <> 'completed'", ids
@@ -162,9 +172,19 @@ async def agentd_round(
     rec = await stats(model)
     by_tag = {r["tag"]: r for r in rec["requests"]}
     first = [by_tag[t]["arrival"] - p for t, p in posted.items() if t in by_tag]
+    # The first request's wait split in two: the API's answer, then the worker's claim and
+    # turn start (the model may see a request before the API's answer reaches the client).
+    api = [answered[t] - p for t, p in posted.items() if t in answered]
+    after = [by_tag[t]["arrival"] - answered[t] for t in answered if t in by_tag]
     tokens = sum(len(r["emits"]) for r in rec["requests"] if r["tag"] in posted)
     scores = [b12_observe.score(s, by_tag[s.tag]["emits"]) for s in seen if s.tag in by_tag]
     lags = [x for sc in scores for x in sc["lags"]]
+    # Where the tail sits: lag p99 of the tokens the model wrote in each second of the round.
+    origin = min(posted.values())
+    by_second: dict[int, list[float]] = {}
+    for sc in scores:
+        for at, lag in zip(sc["emitted"], sc["lags"], strict=True):
+            by_second.setdefault(int(at - origin), []).append(lag)
     per_k = lambda k: 1000 * (c1[k] - c0[k]) / tokens if tokens else float("nan")  # noqa: E731
     out = {
         "who": "agentd",
@@ -174,9 +194,12 @@ async def agentd_round(
         "wall_s": wall,
         "tokens": tokens,
         "first_request_s": {"p50": pct(first, 50), "p99": pct(first, 99), "max": max(first)},
+        "post_answered_s": {"p50": pct(api, 50), "p99": pct(api, 99)},
+        "answer_to_request_s": {"p50": pct(after, 50), "p99": pct(after, 99)},
         "max_streams": rec["max_inflight"],
         "observed": len(seen),
         "observer_lag_s": {"p50": pct(lags, 50), "p99": pct(lags, 99), "max": max(lags, default=0)},
+        "observer_lag_p99_by_second": {k: pct(v, 99) for k, v in sorted(by_second.items())},
         "tokens_observed": sum(sc["tokens_seen"] for sc in scores),
         "missed": sum(sc["missed"] for sc in scores),
         "truncated": sum(sc["truncated"] for sc in scores),
@@ -185,10 +208,19 @@ async def agentd_round(
         "observer_errors": [sc["error"] for sc in scores if sc["error"]],
         "empty_events": [e for sc in scores for e in sc["empty_events"]],
         "cpu_s_per_1k_tokens": {k: per_k(k) for k in c0},
+        "box_busy": box,
     }
     if prof is not None:
         out["pyspy_top20"] = await prof
     return out
+
+
+def busy_share(before: Any, after: Any) -> float:
+    """The machine's cores busy between two psutil.cpu_times() readings, 0..1: every
+    process's share (model, database, API, observers, worker), not only agentd's."""
+    idle = (after.idle - before.idle) + (after.iowait - before.iowait)
+    total = sum(after) - sum(before)
+    return 1 - idle / total if total > 0 else float("nan")
 
 
 async def bare_round(
@@ -196,11 +228,25 @@ async def bare_round(
 ) -> dict[str, Any]:
     await stats(model)
     every = max(1, round(1 / a.observe)) if a.observe > 0 else 0
-    argv = [PY, "-m", "bench.b12_bare", "--url", llm_url, "--n", str(n), "--lag-every", str(every)]
-    done = await asyncio.to_thread(
-        subprocess.run, argv, capture_output=True, text=True, cwd=ROOT, check=True
+
+    def bare(first: int, count: int) -> dict[str, Any]:
+        argv = [PY, "-m", "bench.b12_bare", "--url", llm_url, "--n", str(count)]
+        argv += ["--first", str(first), "--lag-every", str(every)]
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=True)
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+    # As many bare processes as agentd has workers, each with its share of the streams:
+    # the same streams per process (a client's cost per token depends on it).
+    share = -(-n // a.workers)
+    parts = await asyncio.gather(
+        *(asyncio.to_thread(bare, first, min(share, n - first)) for first in range(0, n, share))
     )
-    res = json.loads(done.stdout.strip().splitlines()[-1])
+    res = {
+        "tokens": sum(r["tokens"] for r in parts),
+        "cpu_s": sum(r["cpu_s"] for r in parts),
+        "wall_s": max(r["wall_s"] for r in parts),
+        "arrivals": {k: v for r in parts for k, v in r.get("arrivals", {}).items()},
+    }
     rec = await stats(model)
     # The bare client's own lag (the model's write -> the client's read of the token), for
     # as many streams as agentd's run observes: what the box allows before any database.
@@ -253,18 +299,20 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             ThrowawayDB("b12") as tdb,
             httpx.AsyncClient(base_url=llm_url, timeout=60) as model,
         ):
-            env = agentd_env(tdb.url, port, token, config, max(a.loops) + 16)
+            # Each worker takes its share of the loops (and 16 spare slots).
+            per_worker = -(-max(a.loops) // a.workers) + 16
+            env = agentd_env(tdb.url, port, token, config, per_worker)
             for kv in a.settings_env:
                 k, _, v = kv.partition("=")
                 env[k] = v
             api_url = f"http://127.0.0.1:{port}"
             api = spawn([AGENTD, "api"], env, log)
-            worker = spawn([AGENTD, "worker"], env, log)
+            workers = [spawn([AGENTD, "worker"], env, log) for _ in range(a.workers)]
             db = await asyncpg.connect(tdb.url)
             try:
                 await wait_http(f"{api_url}/healthz")
                 await asyncio.sleep(2)  # the worker's imports and first LISTEN
-                pids = {"worker": worker.pid, "api": api.pid}
+                pids = {"worker": [w.pid for w in workers], "api": [api.pid]}
                 for n in a.loops:
                     for rnd in range(a.rounds):
                         streams = n
@@ -290,10 +338,10 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                             print(json.dumps(r), flush=True)
             finally:
                 await db.close()
-                worker.terminate()
-                api.terminate()
-                worker.wait(15)
-                api.wait(15)
+                for proc in (*workers, api):
+                    proc.terminate()
+                for proc in (*workers, api):
+                    proc.wait(15)
     finally:
         fake.stop()
     return {"args": vars(a), "rounds": rounds, "summary": summarize(rounds)}
@@ -325,6 +373,8 @@ def summarize(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "loops": n,
                 "first_request_p99_s": span([r["first_request_s"]["p99"] for r in ag]),
                 "first_request_p50_s": span([r["first_request_s"]["p50"] for r in ag]),
+                "post_answered_p99_s": span([r["post_answered_s"]["p99"] for r in ag]),
+                "answer_to_request_p99_s": span([r["answer_to_request_s"]["p99"] for r in ag]),
                 "max_streams": span([r["max_streams"] for r in ag]),
                 "observer_lag_p50_s": span([r["observer_lag_s"]["p50"] for r in ag]),
                 "observer_lag_p99_s": span([r["observer_lag_s"]["p99"] for r in ag]),
@@ -336,6 +386,7 @@ def summarize(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "worker_over_bare": span(ratios),
                 "worker_over_bare_median": statistics.median(ratios) if ratios else None,
                 "worker_over_bare_same_streams": span(ratios_same),
+                "box_busy": span([r["box_busy"] for r in ag]),
                 "tokens_per_s": span([r["tokens"] / r["wall_s"] for r in ag]),
                 "bare_lag_p99_s": span([r["lag_s"]["p99"] for r in ba.values()]),
                 "bare_tokens_per_s": span([r["tokens"] / r["wall_s"] for r in ba.values()]),
@@ -360,6 +411,13 @@ def main() -> None:
         help="start the loops with POST /v1/loops:batch, K per request (≤ 500), not one by one",
     )
     p.add_argument("--timeout", type=float, default=300.0, help="per round")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="`agentd worker` processes (each AGENTD_LLM_CONCURRENCY = its share + 16); "
+        "their CPU is summed",
+    )
     p.add_argument("--profile", action="store_true", help="py-spy top-20 of the worker")
     p.add_argument("--profile-seconds", type=float, default=8.0)
     p.add_argument("--settings-env", nargs="*", default=[], metavar="AGENTD_X=V")
@@ -370,6 +428,8 @@ def main() -> None:
             s["loops"],
             s["first_request_p50_s"],
             s["first_request_p99_s"],
+            s["post_answered_p99_s"],
+            s["answer_to_request_p99_s"],
             s["max_streams"],
             s["observer_lag_p50_s"],
             s["observer_lag_p99_s"],
@@ -380,6 +440,7 @@ def main() -> None:
             s["bare_cpu_s_per_1k"],
             s["worker_over_bare"],
             s["worker_over_bare_same_streams"],
+            s["box_busy"],
         ]
         for s in res["summary"]
     ]
@@ -391,6 +452,8 @@ def main() -> None:
             "loops",
             "1st req p50 s",
             "1st req p99 s",
+            "POST answered p99 s",
+            "answer → req p99 s",
             "max streams",
             "lag p50 s",
             "lag p99 s",
@@ -401,6 +464,7 @@ def main() -> None:
             "bare cpu s/1k tok",
             "worker÷bare",
             "÷ bare at agentd's streams",
+            "box busy",
         ],
         rows,
     )
