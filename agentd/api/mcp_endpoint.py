@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from mcp.shared import inbound
 from mcp_types.jsonrpc import HEADER_MISMATCH
-from mcp_types.methods import CACHEABLE_METHODS
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -261,23 +260,11 @@ class McpEndpoint:
         body = await self._dispatch(call, envelope, None, ctx)
         result = body.get("result") if isinstance(body, dict) else None
         if isinstance(result, dict):
-            self._stamp_modern_result(method, result)
+            eras.stamp_result(method, result, mcp_http.server_info(self.mount.toolset))
         err = jsonrpc.error_of(body)
         code = err.get("code") if err else None
         status = inbound.ERROR_CODE_HTTP_STATUS.get(code, 200) if isinstance(code, int) else 200
         return await self._answer(call, mcp_http.json_answer(body, status))
-
-    def _stamp_modern_result(self, method: str, result: dict[str, Any]) -> None:
-        """2026-07-28 results carry resultType, serverInfo and (lists) caching hints."""
-        result.setdefault("resultType", "complete")
-        if method in CACHEABLE_METHODS:
-            # Results may depend on the principal: never shared, never fresh for long.
-            result.setdefault("ttlMs", 0)
-            result.setdefault("cacheScope", "private")
-        meta = result.get("_meta")
-        meta = dict(meta) if isinstance(meta, dict) else {}
-        meta.setdefault(eras.META_SERVER_INFO, mcp_http.server_info(self.mount.toolset))
-        result["_meta"] = meta
 
     async def _pseudo_session(self, call: _Call) -> int:
         """The row for this principal's stateless requests today (UTC)."""

@@ -12,6 +12,8 @@ import copy
 import re
 from typing import Any, Literal
 
+from mcp_types.methods import CACHEABLE_METHODS
+
 from agentd.__about__ import __version__
 from agentd.mcp import jsonrpc
 
@@ -75,6 +77,20 @@ def supported_versions(err: dict[str, Any]) -> list[str]:
 
 def discover_request() -> dict[str, Any]:
     return jsonrpc.request("server/discover", {})
+
+
+def stamp_result(method: str, result: dict[str, Any], server_info: dict[str, Any]) -> None:
+    """What a 2026-07-28 server adds to every result (in place): `resultType`, its
+    serverInfo in `_meta`, and on list results the caching hints, here "never shared,
+    never fresh for long" (results may depend on who asks)."""
+    result.setdefault("resultType", "complete")
+    if method in CACHEABLE_METHODS:
+        result.setdefault("ttlMs", 0)
+        result.setdefault("cacheScope", "private")
+    meta = result.get("_meta")
+    meta = dict(meta) if isinstance(meta, dict) else {}
+    meta.setdefault(META_SERVER_INFO, server_info)
+    result["_meta"] = meta
 
 
 def is_modern_discovery(body: dict[str, Any] | None) -> bool:

@@ -26,7 +26,7 @@ from http import HTTPStatus
 from typing import Any, Literal
 
 from agentd.json_types import JSONValue
-from agentd.mcp import jsonrpc
+from agentd.mcp import eras, jsonrpc
 from agentd.mcp.port import IDEMPOTENCY_META_KEY, CallContext
 from agentd.mcp.toolset import Toolset
 
@@ -240,6 +240,10 @@ class FakeMcpServer:
             answer, _ = await self.toolset.handle(
                 body, session_id=session_id, context=CallContext()
             )
+        result = answer.get("result") if answer is not None else None
+        if isinstance(result, dict) and _modern(body):
+            # A 2026-07-28 client validates these (the SDK 2.x refuses a result without them).
+            eras.stamp_result(str(body.get("method")), result, self.toolset.server_info())
         if self.mode == "json" or answer is None:
             return await _write_json(writer, 200, answer, extra)
         return await self._stream(writer, body, answer, extra)
@@ -276,6 +280,15 @@ class FakeMcpServer:
             writer.write(f"id: {i}\nevent: message\ndata: {jsonrpc.dumps(message)}\n\n".encode())
             await writer.drain()
         return False
+
+
+def _modern(request: dict[str, Any]) -> bool:
+    """A 2026-07-28 request: the probe, or one that names that version in `params._meta`."""
+    if request.get("method") == "server/discover":
+        return True
+    params = request.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and meta.get(eras.META_PROTOCOL_VERSION) == eras.MODERN_VERSION
 
 
 def _head(status: int, headers: dict[str, str]) -> bytes:
