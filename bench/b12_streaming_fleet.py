@@ -418,7 +418,7 @@ def main() -> None:
         help="`agentd worker` processes (each AGENTD_LLM_CONCURRENCY = its share + 16); "
         "their CPU is summed",
     )
-    p.add_argument("--profile", action="store_true", help="py-spy top-20 of the worker")
+    p.add_argument("--profile", action="store_true", help="py-spy top-20 of the (first) worker")
     p.add_argument("--profile-seconds", type=float, default=8.0)
     p.add_argument("--settings-env", nargs="*", default=[], metavar="AGENTD_X=V")
     a = p.parse_args()

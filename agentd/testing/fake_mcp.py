@@ -209,10 +209,17 @@ class FakeMcpServer:
             return await _write(writer, 200, b"<html>surprise</html>", ctype="text/html")
         if self.token is not None and headers.get("authorization") != f"Bearer {self.token}":
             return await _write(writer, 401)
-        return await self._post(writer, body, session_id)
+        # The era as agentd's own endpoint tells it: by the request's protocol version header.
+        modern = headers.get("mcp-protocol-version") == eras.MODERN_VERSION
+        return await self._post(writer, body, session_id, modern=modern)
 
     async def _post(
-        self, writer: asyncio.StreamWriter, body: object, session_id: str | None
+        self,
+        writer: asyncio.StreamWriter,
+        body: object,
+        session_id: str | None,
+        *,
+        modern: bool = False,
     ) -> bool:
         if not isinstance(body, dict):
             code = jsonrpc.PARSE_ERROR if isinstance(body, str) else jsonrpc.INVALID_REQUEST
@@ -241,7 +248,7 @@ class FakeMcpServer:
                 body, session_id=session_id, context=CallContext()
             )
         result = answer.get("result") if answer is not None else None
-        if isinstance(result, dict) and _modern(body):
+        if isinstance(result, dict) and modern:
             # A 2026-07-28 client validates these (the SDK 2.x refuses a result without them).
             eras.stamp_result(str(body.get("method")), result, self.toolset.server_info())
         if self.mode == "json" or answer is None:
@@ -280,15 +287,6 @@ class FakeMcpServer:
             writer.write(f"id: {i}\nevent: message\ndata: {jsonrpc.dumps(message)}\n\n".encode())
             await writer.drain()
         return False
-
-
-def _modern(request: dict[str, Any]) -> bool:
-    """A 2026-07-28 request: the probe, or one that names that version in `params._meta`."""
-    if request.get("method") == "server/discover":
-        return True
-    params = request.get("params")
-    meta = params.get("_meta") if isinstance(params, dict) else None
-    return isinstance(meta, dict) and meta.get(eras.META_PROTOCOL_VERSION) == eras.MODERN_VERSION
 
 
 def _head(status: int, headers: dict[str, str]) -> bytes:

@@ -44,10 +44,15 @@ class HostileSchemas(FakeMcpServer):
     text: no encoder could write a 3,000-deep value)."""
 
     async def _post(
-        self, writer: asyncio.StreamWriter, body: object, session_id: str | None
+        self,
+        writer: asyncio.StreamWriter,
+        body: object,
+        session_id: str | None,
+        *,
+        modern: bool = False,
     ) -> bool:
         if not (isinstance(body, dict) and body.get("method") == "tools/list"):
-            return await super()._post(writer, body, session_id)
+            return await super()._post(writer, body, session_id, modern=modern)
         good = [json.dumps(spec.listing()) for spec in self.toolset.tools.values()]
         bad = [f'{{"name": "{n}", "inputSchema": {s}}}' for n, s in BAD.items()]
         text = (
